@@ -1,0 +1,57 @@
+"""``edge-app bench-model``: per-segment latency and pre-processing time, printed as a table."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.runtime import ModelRuntime
+
+
+@dataclass(frozen=True)
+class Timing:
+    name: str
+    median_ms: float
+    p95_ms: float
+
+
+def _summary(name: str, samples: list[float]) -> Timing:
+    return Timing(name, statistics.median(samples), float(np.percentile(samples, 95)))
+
+
+def bench_model(rt: ModelRuntime, frames: int = 300, frame_size: tuple[int, int] = (480, 640),
+                seed: int = 0) -> list[Timing]:
+    """Time pre-processing of a ``frame_size`` RGB frame and every segment, over ``frames`` random frames."""
+    rng = np.random.default_rng(seed)
+    pool = [rng.integers(0, 256, (*frame_size, 3), dtype=np.uint8) for _ in range(8)]
+    pre: list[float] = []
+    seg: list[list[float]] = [[] for _ in range(rt.num_exits)]
+    total: list[float] = []
+    for i in range(frames):
+        t0 = time.perf_counter()
+        x = rt.preprocess(pool[i % len(pool)])
+        t1 = time.perf_counter()
+        run = rt.start(x, record=False)
+        while not run.done:
+            res = run.advance()
+            seg[res.exit_index].append(res.segment_ms)
+        total.append((time.perf_counter() - t1) * 1e3)
+        pre.append((t1 - t0) * 1e3)
+    rows = [_summary(f"pre-process {frame_size[1]}x{frame_size[0]}", pre)]
+    rows += [_summary(f"segment {k + 1} (-> exit {k + 1})", s) for k, s in enumerate(seg)]
+    cum = np.cumsum([statistics.median(s) for s in seg])
+    rows += [Timing(f"exit {k + 1} cumulative (sum of medians)", float(c), float("nan")) for k, c in enumerate(cum)]
+    rows.append(_summary("full depth (all segments, one frame)", total))
+    return rows
+
+
+def format_table(rows: list[Timing]) -> str:
+    width = max(len(r.name) for r in rows)
+    lines = [f"{'stage':<{width}}  {'median ms':>9}  {'p95 ms':>8}"]
+    for r in rows:
+        p95 = "" if np.isnan(r.p95_ms) else f"{r.p95_ms:8.3f}"
+        lines.append(f"{r.name:<{width}}  {r.median_ms:9.3f}  {p95:>8}")
+    return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""``config.toml`` -> validated settings.
+
+One pydantic model per concern; every field has a default, a description and
+bounds; unknown keys are rejected.  ``load_config`` turns validation errors
+into one message that names the file, the key and the reason.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_CONFIG = Path("config.toml")
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, not TOML, or has a wrong key or value."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IceServer(_Section):
+    urls: list[str] = Field(min_length=1, description="stun:/turn: URLs")
+    username: str | None = None
+    credential: str | None = None
+
+
+class ServerConfig(_Section):
+    host: str = Field("127.0.0.1", description="address to bind; localhost only unless set otherwise")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (0 picks a free one)")
+    ice_servers: list[IceServer] = Field(default_factory=list,
+                                         description="STUN/TURN servers; empty: no public server is contacted")
+    max_sessions: int = Field(4, ge=1, le=256, description="concurrent peer sessions")
+    shutdown_timeout_s: float = Field(5.0, gt=0, le=120, description="bounded time to close peers on shutdown")
+
+
+class ModelConfig(_Section):
+    path: Path = Field(Path("models/default"), description="model folder, relative to the config file")
+    providers: list[Literal["cuda", "cpu"]] = Field(["cuda", "cpu"], min_length=1,
+                                                     description="ONNX Runtime providers in order of preference")
+    threads: int = Field(0, ge=0, le=256, description="intra-op threads (0: ONNX Runtime's default)")
+    warmup_runs: int = Field(3, ge=0, le=100, description="blank frames run at load")
+    cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
+
+
+class PolicyConfig(_Section):
+    kind: Literal["dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy"] = Field(
+        "dynamic-index", description="exit policy")
+    lam: float | None = Field(None, ge=0, le=1, description="T-Tamer weight of loss against cost")
+    target_accuracy: float | None = Field(None, gt=0, le=1, description="derive lam from this accuracy instead")
+    threshold: float = Field(0.9, ge=0, le=1, description="confidence threshold (kind = confidence)")
+    fixed_exit: int = Field(3, ge=1, le=16, description="exit to use (kind = fixed)")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> PolicyConfig:
+        if self.lam is not None and self.target_accuracy is not None:
+            raise ValueError("set either lam or target_accuracy, not both")
+        return self
+
+
+class BudgetConfig(_Section):
+    total_budget_ms: float = Field(250.0, gt=0, le=10_000, description="capture-to-result deadline")
+    rtt_prior_ms: float = Field(50.0, ge=0, le=5_000, description="RTT assumed until RTCP reports one")
+    bitrate_prior_kbps: float = Field(500.0, gt=0, le=1_000_000, description="bitrate assumed until REMB")
+    safety_margin_ms: float = Field(5.0, ge=0, le=1_000, description="slack kept back from the budget")
+
+
+class CameraConfig(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="what browsers ask for")
+    url: str = Field(description="rtsp:// URL of the camera")
+    transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport")
+
+    @field_validator("url")
+    @classmethod
+    def _rtsp(cls, v: str) -> str:
+        if not v.startswith(("rtsp://", "rtsps://")):
+            raise ValueError("must be an rtsp:// or rtsps:// URL")
+        return v
+
+
+class AppConfig(_Section):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    cameras: list[CameraConfig] = Field(default_factory=list)
+    base_dir: Path = Field(Path("."), exclude=True, description="folder of the config file (set by load_config)")
+
+    @model_validator(mode="after")
+    def _unique_cameras(self) -> AppConfig:
+        names = [c.name for c in self.cameras]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"camera names must be unique; repeated: {dupes}")
+        return self
+
+    @property
+    def model_path(self) -> Path:
+        return self.model.path if self.model.path.is_absolute() else self.base_dir / self.model.path
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts[-1] = f"{parts[-1]}[{p}]" if parts else f"[{p}]"
+        else:
+            parts.append(str(p))
+    if len(parts) > 1:
+        return f"[{parts[0]}].{'.'.join(parts[1:])}"
+    return parts[0] if parts else "(top level)"
+
+
+def describe_validation_error(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for e in exc.errors():
+        where = _where(tuple(e["loc"]))
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: {where}: unknown key (check the spelling; see config.toml in the repository)")
+        else:
+            got = f" (got {e['input']!r})" if not isinstance(e.get("input"), dict) else ""
+            lines.append(f"{path}: {where}: {e['msg']}{got}")
+    return "\n".join(lines)
+
+
+def load_config(path: Path = DEFAULT_CONFIG) -> AppConfig:
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: no such file (pass --config PATH)") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    if "base_dir" in raw:
+        raise ConfigError(f"{path}: base_dir: unknown key")
+    try:
+        return AppConfig.model_validate({**raw, "base_dir": path.resolve().parent})
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(path, exc)) from exc

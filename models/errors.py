@@ -1,0 +1,17 @@
+"""Errors of the ``models`` package: each names the file and what to do."""
+
+
+class ModelError(RuntimeError):
+    """Base class for failures of the model runtime."""
+
+
+class ModelFolderError(ModelError):
+    """The model folder is missing, incomplete, corrupt or inconsistent with its manifest."""
+
+
+class SegmentRunError(ModelError):
+    """A segment raised while running a frame."""
+
+
+class PolicyError(ModelError):
+    """A policy table is missing, corrupt or does not match the model."""

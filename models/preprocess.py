@@ -1,0 +1,30 @@
+"""Camera frame -> model input: centre crop to a square, area resize, normalise, NCHW float32."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from models.manifest import InputSpec
+
+
+class Preprocessor:
+    """Turns an (H, W, 3) uint8 RGB frame into the (1, 3, h, w) float32 input the first segment takes."""
+
+    def __init__(self, spec: InputSpec) -> None:
+        self.size = (spec.width, spec.height)
+        self._scale = (1.0 / (255.0 * np.asarray(spec.std, np.float32))).reshape(3, 1, 1)
+        self._offset = (np.asarray(spec.mean, np.float32) / np.asarray(spec.std, np.float32)).reshape(3, 1, 1)
+
+    def __call__(self, frame_rgb: np.ndarray) -> np.ndarray:
+        if frame_rgb.ndim != 3 or frame_rgb.shape[2] != 3 or frame_rgb.dtype != np.uint8:
+            raise ValueError(f"expected an (H, W, 3) uint8 RGB frame, got shape {frame_rgb.shape} "
+                             f"dtype {frame_rgb.dtype}")
+        h, w = frame_rgb.shape[:2]
+        side = min(h, w)
+        y, x = (h - side) // 2, (w - side) // 2
+        crop = frame_rgb[y : y + side, x : x + side]
+        interp = cv2.INTER_AREA if side > self.size[0] else cv2.INTER_LINEAR
+        small = crop if (side, side) == self.size else cv2.resize(crop, self.size, interpolation=interp)
+        chw = small.transpose(2, 0, 1).astype(np.float32)
+        return (chw * self._scale - self._offset)[None]

@@ -1,0 +1,194 @@
+"""Load a model folder and run it one segment at a time with ONNX Runtime.
+
+    runtime = ModelRuntime.load(Path("models/default"), providers=("cuda", "cpu"))
+    run = runtime.start(runtime.preprocess(frame_rgb))
+    first = run.advance()          # segment 1 -> exit 1
+    if want_more:
+        second = run.advance()     # segment 2 reads segment 1's features where they already are
+
+Feature maps stay in ``OrtValue``s bound with IOBinding, so on CUDA they
+never leave the device between segments; only the logits (a few floats)
+are copied to the host.  Each segment's measured time feeds a
+``RunningCost`` that the scheduler reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from models.costs import RunningCost
+from models.errors import ModelFolderError, SegmentRunError
+from models.manifest import Manifest, read_manifest, verify_file
+from models.preprocess import Preprocessor
+
+log = logging.getLogger(__name__)
+
+PROVIDER_NAMES = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+
+
+@dataclass(frozen=True)
+class ExitResult:
+    exit_index: int  # 0-based
+    probs: np.ndarray  # (C,) softmax
+    label: int
+    confidence: float
+    segment_ms: float
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def resolve_providers(requested: Sequence[str]) -> list[str]:
+    """ONNX Runtime provider names for ``requested`` (e.g. ``("cuda", "cpu")``), warning when CUDA is absent."""
+    unknown = [p for p in requested if p not in PROVIDER_NAMES]
+    if unknown or not requested:
+        raise ValueError(f"unknown providers {unknown or requested}; use a list of {sorted(PROVIDER_NAMES)}")
+    available = set(ort.get_available_providers())
+    chosen = []
+    for p in requested:
+        name = PROVIDER_NAMES[p]
+        if name in available:
+            chosen.append(name)
+        elif p == "cuda":
+            log.warning("CUDA was requested but this onnxruntime build has no CUDAExecutionProvider "
+                        "(available: %s): running on the CPU", sorted(available))
+    if "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    return chosen
+
+
+class ModelRuntime:
+    """A validated model folder with one ONNX Runtime session per segment."""
+
+    def __init__(self, folder: Path, manifest: Manifest, sessions: list[ort.InferenceSession],
+                 cost_window: int = 256) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.sessions = sessions
+        self.providers = sessions[0].get_providers()
+        self.device = "cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
+        self.preprocess = Preprocessor(manifest.input)
+        self.costs = [RunningCost(ex.cpu_cost.median_ms, cost_window) for ex in manifest.exits]
+        self.segment_runs = [0] * len(sessions)  # how often each segment ran (for tests and metrics)
+
+    @property
+    def num_exits(self) -> int:
+        return len(self.sessions)
+
+    @property
+    def class_names(self) -> list[str]:
+        return self.manifest.class_names
+
+    @classmethod
+    def load(cls, folder: Path, providers: Sequence[str] = ("cpu",), threads: int = 0, warmup: int = 3,
+             cost_window: int = 256) -> ModelRuntime:
+        """Validate ``folder`` against its manifest, open the sessions and warm them up."""
+        manifest = read_manifest(folder)
+        names = resolve_providers(providers)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        sessions = []
+        for ex in manifest.exits:
+            path = verify_file(folder, ex.file, ex.sha256)
+            try:
+                sess = ort.InferenceSession(str(path), opts, providers=names)
+            except Exception as exc:  # onnxruntime raises its own pybind types (InvalidProtobuf, Fail, ...)
+                raise ModelFolderError(f"{path}: ONNX Runtime cannot load it ({exc}); re-export the model") from exc
+            _check_signature(path, sess, ex.input.name, ex.input.shape,
+                             [s for s in (ex.features, ex.logits) if s is not None])
+            sessions.append(sess)
+        if "CUDAExecutionProvider" in names and sessions[0].get_providers()[0] != "CUDAExecutionProvider":
+            log.warning("CUDA was requested but the session fell back to %s: running on the CPU",
+                        sessions[0].get_providers())
+        rt = cls(folder, manifest, sessions, cost_window)
+        rt.warm_up(warmup)
+        log.info("model %s loaded from %s on %s", manifest.name, folder, rt.providers)
+        return rt
+
+    def warm_up(self, runs: int) -> None:
+        """Run every segment ``runs`` times on a blank frame (first runs allocate and pick kernels)."""
+        shape = self.manifest.exits[0].input.shape
+        for _ in range(runs):
+            run = self.start(np.zeros(shape, np.float32), record=False)
+            while not run.done:
+                run.advance()
+
+    def start(self, x: np.ndarray, record: bool = True) -> InferenceRun:
+        """Begin a frame; ``x`` is the preprocessed (1, 3, h, w) input."""
+        return InferenceRun(self, x, record)
+
+
+def _check_signature(path: Path, sess: ort.InferenceSession, input_name: str, input_shape: list[int],
+                     outputs: Sequence[object]) -> None:
+    inputs = sess.get_inputs()
+    if len(inputs) != 1 or inputs[0].name != input_name or list(inputs[0].shape) != input_shape:
+        got = [(i.name, i.shape) for i in inputs]
+        raise ModelFolderError(f"{path}: inputs {got} do not match the manifest ({input_name!r}, {input_shape})")
+    want = [(o.name, o.shape) for o in outputs]  # type: ignore[attr-defined]
+    got_out = [(o.name, list(o.shape)) for o in sess.get_outputs()]
+    if got_out != want:
+        raise ModelFolderError(f"{path}: outputs {got_out} do not match the manifest {want}")
+
+
+class InferenceRun:
+    """One frame's walk down the chain; ``advance()`` runs the next segment."""
+
+    def __init__(self, runtime: ModelRuntime, x: np.ndarray, record: bool) -> None:
+        self._rt = runtime
+        self._record = record
+        self._device = runtime.device
+        self._value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32), self._device, 0)
+        self.results: list[ExitResult] = []
+
+    @property
+    def done(self) -> bool:
+        return len(self.results) == self._rt.num_exits
+
+    @property
+    def next_exit(self) -> int:
+        return len(self.results)
+
+    def advance(self) -> ExitResult:
+        if self.done:
+            raise IndexError("all exits already ran")
+        k = len(self.results)
+        sess = self._rt.sessions[k]
+        spec = self._rt.manifest.exits[k]
+        t0 = time.perf_counter()
+        try:
+            binding = sess.io_binding()
+            binding.bind_ortvalue_input(spec.input.name, self._value)
+            if spec.features is not None:
+                binding.bind_output(spec.features.name, self._device, 0)
+            binding.bind_output(spec.logits.name, "cpu")
+            sess.run_with_iobinding(binding)
+            outs = binding.get_outputs()
+        except Exception as exc:  # onnxruntime's pybind errors have no common public base
+            raise SegmentRunError(f"segment {k + 1} ({spec.file}) failed: {exc}") from exc
+        ms = (time.perf_counter() - t0) * 1e3
+        logits = outs[-1].numpy()[0]
+        if spec.features is not None:
+            self._value = outs[0]
+        probs = softmax(logits.astype(np.float64))
+        label = int(probs.argmax())
+        if self._record:
+            self._rt.costs[k].record(ms)
+            self._rt.segment_runs[k] += 1
+        res = ExitResult(k, probs, label, float(probs[label]), ms)
+        self.results.append(res)
+        return res
+
+    @property
+    def features(self) -> ort.OrtValue:
+        """The feature map the next segment will read (an OrtValue on the runtime's device)."""
+        return self._value
