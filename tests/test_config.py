@@ -1,0 +1,70 @@
+"""config.toml validation: defaults load, wrong keys and values are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge_app.config import ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return p
+
+
+def test_repository_config_loads() -> None:
+    cfg = load_config(REPO / "config.toml")
+    assert cfg.server.host == "127.0.0.1" and cfg.server.ice_servers == []
+    assert cfg.model_path == REPO / "models" / "default"
+    assert cfg.policy.kind == "dynamic-index" and cfg.cameras == []
+
+
+def test_empty_file_gives_the_defaults(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, ""))
+    assert cfg.server.port == 8080 and cfg.budget.total_budget_ms == 250.0
+    assert cfg.model_path == tmp_path / "models" / "default"
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config.toml: \[server\].prot: unknown key"):
+        load_config(write(tmp_path, "[server]\nprot = 80\n"))
+
+
+def test_unknown_section_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config.toml: servre: unknown key"):
+        load_config(write(tmp_path, "[servre]\nport = 80\n"))
+
+
+def test_out_of_range_value_says_why(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\[server\].port: Input should be less than or equal to 65535 \(got 70000\)"):
+        load_config(write(tmp_path, "[server]\nport = 70000\n"))
+
+
+def test_bad_provider(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\[model\].providers\[0\]: Input should be 'cuda' or 'cpu'"):
+        load_config(write(tmp_path, '[model]\nproviders = ["tpu"]\n'))
+
+
+def test_camera_checks(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"\[cameras\[0\]\].url: Value error, must be an rtsp://"):
+        load_config(write(tmp_path, '[[cameras]]\nname = "door"\nurl = "file:///etc/passwd"\n'))
+    two = '[[cameras]]\nname = "a"\nurl = "rtsp://h/x"\n[[cameras]]\nname = "a"\nurl = "rtsp://h/y"\n'
+    with pytest.raises(ConfigError, match=r"camera names must be unique; repeated: \['a'\]"):
+        load_config(write(tmp_path, two))
+
+
+def test_not_toml_and_missing(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"not valid TOML"):
+        load_config(write(tmp_path, "[server\n"))
+    with pytest.raises(ConfigError, match=r"no such file"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_lam_and_target_are_exclusive(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"either lam or target_accuracy"):
+        load_config(write(tmp_path, "[policy]\nlam = 0.5\ntarget_accuracy = 0.9\n"))

@@ -1,0 +1,41 @@
+"""The committed default model: it loads, and its numbers meet what the README promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.manifest import read_manifest, verify_file
+from models.runtime import ModelRuntime
+
+DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
+
+
+def test_default_model_meets_the_targets() -> None:
+    m = read_manifest(DEFAULT)
+    acc = [e.test_accuracy for e in m.exits]
+    cost = [e.cpu_cost.median_ms for e in m.exits]
+    assert acc[2] >= 0.95, f"final exit test accuracy {acc[2]:.3f} < 0.95"
+    assert acc[0] <= acc[2] - 0.05, "exit 1 must be at least 5 points less accurate, or exits would not matter"
+    assert cost[0] <= 0.5 * sum(cost), f"exit 1 costs {cost[0]:.2f} ms of {sum(cost):.2f} ms full depth"
+    assert sum(f.stat().st_size for f in DEFAULT.iterdir()) < 8 * 2**20, "the default model stays a few MB"
+
+
+def test_default_model_accuracy_is_what_its_test_traces_say() -> None:
+    m = read_manifest(DEFAULT)
+    path = verify_file(DEFAULT, m.traces["test"].file, m.traces["test"].sha256)
+    with np.load(path) as z:
+        probs, labels = z["probs"], z["labels"]
+    assert len(labels) == m.traces["test"].count >= 1000
+    acc = (probs.argmax(-1) == labels[:, None]).mean(0)
+    assert [e.test_accuracy for e in m.exits] == pytest.approx(acc, abs=1e-4)
+
+
+def test_default_model_runs() -> None:
+    rt = ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=1)
+    run = rt.start(rt.preprocess(np.zeros((480, 640, 3), np.uint8)))
+    results = [run.advance() for _ in range(rt.num_exits)]
+    assert [r.exit_index for r in results] == [0, 1, 2]
+    assert all(abs(r.probs.sum() - 1) < 1e-6 for r in results)

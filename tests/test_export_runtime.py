@@ -1,0 +1,194 @@
+"""Export + ONNX parity, model-folder validation, and the segment-by-segment runtime."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the train extra")
+
+from exporter.onnx_export import PARITY_ATOL, check_parity, cpu_sessions  # noqa: E402
+from exporter.pipeline import load_checkpoint  # noqa: E402
+from models.errors import ModelFolderError  # noqa: E402
+from models.manifest import read_manifest  # noqa: E402
+from models.runtime import ModelRuntime  # noqa: E402
+
+pytestmark = pytest.mark.train
+
+
+def test_export_writes_a_complete_model_folder(tiny_model_folder: Path) -> None:
+    m = read_manifest(tiny_model_folder)
+    assert [e.file for e in m.exits] == ["segment1.onnx", "segment2.onnx", "segment3.onnx"]
+    assert len(m.class_names) == 11 and m.class_names[-1] == "no digit"
+    assert all(e.cpu_cost.median_ms > 0 and e.flops > 0 for e in m.exits)
+    assert m.exits[0].backbone_fraction < m.exits[1].backbone_fraction < m.exits[2].backbone_fraction == 1.0
+    assert m.provenance["parity_max_abs_diff"] <= PARITY_ATOL
+    for split in ("calibration", "test"):
+        with np.load(tiny_model_folder / m.traces[split].file) as z:
+            probs, labels = z["probs"], z["labels"]
+        assert probs.shape == (m.traces[split].count, 3, 11) and labels.shape == (m.traces[split].count,)
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+    with np.load(tiny_model_folder / m.traces["test"].file) as z:
+        acc = (z["probs"].argmax(-1) == z["labels"][:, None]).mean(0)
+    assert [e.test_accuracy for e in m.exits] == pytest.approx(acc, abs=1e-4)
+
+
+def test_onnx_matches_pytorch(tiny_checkpoint: Path, tiny_model_folder: Path) -> None:
+    model, _ = load_checkpoint(tiny_checkpoint)
+    sessions = cpu_sessions([tiny_model_folder / f"segment{k}.onnx" for k in (1, 2, 3)])
+    worst = check_parity(model, sessions, torch.randn(4, 3, 96, 96))
+    assert worst <= PARITY_ATOL
+
+
+def test_runtime_gives_the_exported_logits_for_each_exit(tiny_checkpoint: Path, tiny_model_folder: Path) -> None:
+    model, _ = load_checkpoint(tiny_checkpoint)
+    rt = ModelRuntime.load(tiny_model_folder, providers=["cpu"], warmup=1)
+    frame = np.random.default_rng(3).integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    x = rt.preprocess(frame)
+    with torch.no_grad():
+        ref = [lg.softmax(-1)[0].numpy() for lg in model(torch.from_numpy(x))]
+    run = rt.start(x)
+    for k in range(3):
+        res = run.advance()
+        assert res.exit_index == k
+        np.testing.assert_allclose(res.probs, ref[k], atol=1e-5)
+        assert res.label == int(np.argmax(ref[k])) and res.segment_ms > 0
+    assert run.done
+    with pytest.raises(IndexError):
+        run.advance()
+
+
+def test_continuing_reuses_the_first_exits_features(tiny_model_folder: Path) -> None:
+    rt = ModelRuntime.load(tiny_model_folder, providers=["cpu"], warmup=0)
+    x = rt.preprocess(np.full((96, 96, 3), 128, np.uint8))
+    run = rt.start(x)
+    run.advance()
+    feats = run.features.numpy().copy()
+    assert list(feats.shape) == rt.manifest.exits[1].input.shape
+    assert run.features.device_name().lower() == rt.device
+    second = run.advance()
+    assert rt.segment_runs == [1, 1, 0], "segment 1 ran once; exit 2 continued from its features"
+    direct = rt.sessions[1].run(None, {"input": feats})[1][0]
+    e = np.exp(direct - direct.max())
+    np.testing.assert_allclose(second.probs, e / e.sum(), atol=1e-6)
+    assert [c.count for c in rt.costs] == [1, 1, 0] and rt.costs[0].median_ms == pytest.approx(run.results[0].segment_ms)
+
+
+def test_preprocess_matches_the_training_normalisation(tiny_model_folder: Path) -> None:
+    from exporter.datasets import normalise_uint8
+
+    rt = ModelRuntime.load(tiny_model_folder, providers=["cpu"], warmup=0)
+    img = np.random.default_rng(0).integers(0, 256, (96, 96, 3), dtype=np.uint8)
+    np.testing.assert_allclose(rt.preprocess(img), normalise_uint8(img[None]).numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="uint8 RGB"):
+        rt.preprocess(np.zeros((96, 96), np.uint8))
+
+
+def test_cuda_request_without_a_gpu_falls_back_loudly(tiny_model_folder: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine has CUDA; the fallback is not exercised")
+    rt = ModelRuntime.load(tiny_model_folder, providers=["cuda", "cpu"], warmup=0)
+    assert rt.providers == ["CPUExecutionProvider"] and rt.device == "cpu"
+    assert any("CUDA was requested" in r.message and r.levelname == "WARNING" for r in caplog.records)
+
+
+@pytest.mark.gpu
+def test_cuda_keeps_features_on_the_device(tiny_model_folder: Path) -> None:
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("no CUDAExecutionProvider in this onnxruntime build")
+    rt = ModelRuntime.load(tiny_model_folder, providers=["cuda", "cpu"], warmup=1)
+    if rt.device != "cuda":
+        pytest.skip(f"CUDA provider present but the session runs on {rt.providers}")
+    run = rt.start(rt.preprocess(np.zeros((96, 96, 3), np.uint8)))
+    run.advance()
+    assert run.features.device_name().lower() == "cuda"
+    run.advance()
+    run.advance()
+
+
+# --- model-folder validation -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_copy(tiny_model_folder: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "model"
+    shutil.copytree(tiny_model_folder, dst)
+    return dst
+
+
+def _edit_manifest(folder: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    path = folder / "manifest.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+
+
+def test_missing_folder(tmp_path: Path) -> None:
+    with pytest.raises(ModelFolderError, match=r"does not exist.*\[model\] path"):
+        ModelRuntime.load(tmp_path / "nowhere")
+
+
+def test_missing_manifest(model_copy: Path) -> None:
+    (model_copy / "manifest.json").unlink()
+    with pytest.raises(ModelFolderError, match=r"manifest.json is missing"):
+        ModelRuntime.load(model_copy)
+
+
+def test_missing_segment(model_copy: Path) -> None:
+    (model_copy / "segment2.onnx").unlink()
+    with pytest.raises(ModelFolderError, match=r"segment2.onnx is missing"):
+        ModelRuntime.load(model_copy)
+
+
+def test_truncated_segment(model_copy: Path) -> None:
+    path = model_copy / "segment3.onnx"
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ModelFolderError, match=r"segment3.onnx is corrupt.*SHA-256"):
+        ModelRuntime.load(model_copy)
+
+
+def test_corrupt_segment_with_matching_checksum(model_copy: Path) -> None:
+    from models.manifest import sha256_file
+
+    path = model_copy / "segment1.onnx"
+    path.write_bytes(b"not an onnx file")
+    _edit_manifest(model_copy, lambda d: d["exits"][0].update(sha256=sha256_file(path)))
+    with pytest.raises(ModelFolderError, match=r"segment1.onnx: ONNX Runtime cannot load it"):
+        ModelRuntime.load(model_copy)
+
+
+def test_manifest_not_json(model_copy: Path) -> None:
+    (model_copy / "manifest.json").write_text("{ not json")
+    with pytest.raises(ModelFolderError, match=r"manifest.json is not valid JSON"):
+        ModelRuntime.load(model_copy)
+
+
+def test_manifest_with_unknown_key(model_copy: Path) -> None:
+    _edit_manifest(model_copy, lambda d: d.update(colour="blue"))
+    with pytest.raises(ModelFolderError, match=r"colour: Extra inputs are not permitted"):
+        ModelRuntime.load(model_copy)
+
+
+def test_manifest_class_count_mismatch(model_copy: Path) -> None:
+    _edit_manifest(model_copy, lambda d: d["class_names"].pop())
+    with pytest.raises(ModelFolderError, match=r"11 logits but there are 10 class names"):
+        ModelRuntime.load(model_copy)
+
+
+def test_manifest_shape_mismatch_with_the_onnx_file(model_copy: Path) -> None:
+    def edit(d):  # type: ignore[no-untyped-def]
+        d["exits"][0]["features"]["shape"][1] += 1
+        d["exits"][1]["input"]["shape"][1] += 1
+
+    _edit_manifest(model_copy, edit)
+    with pytest.raises(ModelFolderError, match=r"segment1.onnx: outputs .* do not match the manifest"):
+        ModelRuntime.load(model_copy)

@@ -1,0 +1,46 @@
+"""A real server on a free port: page, health, status."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from edge_app.config import load_config
+from edge_app.server import create_app
+from models.runtime import ModelRuntime
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+async def base_url() -> AsyncIterator[str]:
+    cfg = load_config(REPO / "config.toml")
+    rt = ModelRuntime.load(cfg.model_path, providers=cfg.model.providers, warmup=1)
+    runner = web.AppRunner(create_app(cfg, rt))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_page_health_and_status(base_url: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base_url}/") as r:
+            assert r.status == 200 and "edge-app" in await r.text()
+        async with http.get(f"{base_url}/static/status.js") as r:
+            assert r.status == 200
+        async with http.get(f"{base_url}/healthz") as r:
+            assert (await r.json()) == {"ok": True}
+        async with http.get(f"{base_url}/status") as r:
+            s = await r.json()
+    assert s["model"]["providers"][-1] == "CPUExecutionProvider"
+    assert [e["name"] for e in s["model"]["exits"]] == ["exit1", "exit2", "exit3"]
+    assert len(s["model"]["classes"]) == 11
