@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -54,4 +55,36 @@ def format_table(rows: list[Timing]) -> str:
     for r in rows:
         p95 = "" if np.isnan(r.p95_ms) else f"{r.p95_ms:8.3f}"
         lines.append(f"{r.name:<{width}}  {r.median_ms:9.3f}  {p95:>8}")
+    return "\n".join(lines)
+
+
+def bench_policy(folder: Path, frames: int = 2000) -> str:
+    """Microseconds per frame that each policy spends deciding, replaying the test traces."""
+    from edge_app.policy_cmds import load_traces
+    from models.fit import load_policy
+    from models.manifest import read_manifest
+    from models.policies import ConfidenceThreshold, ExitPolicy, FixedExit, Patience
+
+    manifest = read_manifest(folder)
+    probs, _ = load_traces(folder, manifest, "test")
+    probs = probs[:frames].astype(np.float32)
+    n = probs.shape[1]
+    policies: list[ExitPolicy] = [load_policy(folder, n), ConfidenceThreshold(0.9), Patience(1), FixedExit(n)]
+    lines = [f"{len(probs)} test frames of {manifest.name}; decision time per frame (all exits it looks at):",
+             f"{'policy':<16}{'median us':>10}{'p95 us':>9}{'mean exits':>11}"]
+    for pol in policies:
+        per_frame, exits = [], 0
+        for i in range(len(probs)):
+            t0 = time.perf_counter_ns()
+            run = pol.start(n)
+            k = 0
+            while not run.observe(probs[i, k]):
+                k += 1
+            _ = run.choice
+            per_frame.append((time.perf_counter_ns() - t0) / 1e3)
+            exits += k + 1
+        lines.append(f"{pol.name:<16}{statistics.median(per_frame):>10.2f}{np.percentile(per_frame, 95):>9.2f}"
+                     f"{exits / len(probs):>11.2f}")
+    seg = ", ".join(f"{e.name} {e.cpu_cost.median_ms * 1e3:.0f} us" for e in manifest.exits)
+    lines.append(f"segment cost for comparison (manifest, CPU median): {seg}")
     return "\n".join(lines)

@@ -62,6 +62,42 @@ def cmd_export(args: argparse.Namespace) -> int:
     return exporter_main(args.rest or ["all"])
 
 
+def _model_dir(args: argparse.Namespace) -> Path:
+    return args.model if args.model is not None else _load(args.config).model_path
+
+
+def cmd_fit_policy(args: argparse.Namespace) -> int:
+    from edge_app.policy_cmds import fit_policy
+
+    info = fit_policy(_model_dir(args), bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
+                      loss_kind=args.loss_kind)
+    print(f"lam={info['lam']:.4f}: calibration accuracy {info['calibration_accuracy']:.4f} "
+          f"(final exit {info['calibration_final_exit_accuracy']:.4f}) at {info['calibration_cost']:.3f} of "
+          f"full-depth cost; fitted on {info['calibration_frames']} frames in {info['fit_seconds']:.2f} s")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from edge_app.policy_cmds import evaluate
+
+    res = evaluate(_model_dir(args), args.out, bins=args.bins, loss_kind=args.loss_kind)
+    print(res["table"])
+    print(f"\nwrote {args.out / 'table.txt'}, {args.out / 'pareto.png'}, {args.out / 'points.json'}")
+    return 0
+
+
+def cmd_bench_policy(args: argparse.Namespace) -> int:
+    from edge_app.bench import bench_policy
+
+    print(bench_policy(_model_dir(args), frames=args.frames))
+    return 0
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    p.add_argument("--model", type=Path, help="model folder (default: [model] path of the config)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="edge-app", description="Latency-adaptive early-exit video analytics.")
     ap.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -76,6 +112,25 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--frames", type=int, default=300)
     b.add_argument("--threads", type=int, help="override [model] threads")
     b.set_defaults(func=cmd_bench_model)
+    f = sub.add_parser("fit-policy", help="fit the dynamic index on the calibration traces, write policy.json")
+    _model_args(f)
+    f.add_argument("--bins", type=int, default=8, help="confidence bins per exit")
+    g = f.add_mutually_exclusive_group()
+    g.add_argument("--lam", type=float, help="weight of loss against cost, in [0, 1]")
+    g.add_argument("--target-accuracy", type=float,
+                   help="choose lam: cheapest policy reaching this calibration accuracy (default: final - 1 point)")
+    f.add_argument("--loss-kind", choices=["error", "one-minus-confidence"], default="error")
+    f.set_defaults(func=cmd_fit_policy)
+    v = sub.add_parser("evaluate", help="replay every policy on the test traces: table, Pareto plot, JSON")
+    _model_args(v)
+    v.add_argument("--out", type=Path, default=Path("artifacts/evaluate"))
+    v.add_argument("--bins", type=int, default=8)
+    v.add_argument("--loss-kind", choices=["error", "one-minus-confidence"], default="error")
+    v.set_defaults(func=cmd_evaluate)
+    bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
+    _model_args(bp)
+    bp.add_argument("--frames", type=int, default=2000)
+    bp.set_defaults(func=cmd_bench_policy)
     e = sub.add_parser("export", help="build data, train and export a model folder (python -m exporter ...)")
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")
     e.set_defaults(func=cmd_export)

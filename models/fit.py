@@ -1,0 +1,205 @@
+"""Fit the dynamic index from calibration traces, choose lam, save and load the tables.
+
+States are quantile bins of each exit's confidence (max softmax): with ``m``
+bins, exit k's inner edges are the ``1/m, ..., (m-1)/m`` quantiles of its
+confidence on the calibration frames, so every state is about equally often
+seen and no bin is empty by construction.  Transitions and the first-exit
+distribution are Laplace-smoothed counts.  Node losses are the calibrated
+error of the exit given its bin, ``(errors + 1) / (frames + 2)`` (strictly
+positive by construction); ``loss_kind="one-minus-confidence"`` uses the
+paper's proxy, the bin's mean ``1 - confidence``.  Costs are each segment's
+cost normalised by full depth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.chain import ChainSolution, solve_horizons
+from models.errors import PolicyError
+from models.policies import DynamicIndex
+
+log = logging.getLogger(__name__)
+
+POLICY_FILE = "policy.json"
+POLICY_FORMAT = 1
+LOSS_KINDS = ("error", "one-minus-confidence")
+MIN_LOSS = 1e-6
+
+
+@dataclass(frozen=True)
+class FittedChain:
+    bin_edges: np.ndarray  # (n, m-1)
+    p1: np.ndarray  # (m,)
+    transitions: np.ndarray  # (n-1, m, m)
+    loss: np.ndarray  # (n, m)
+    cost: np.ndarray  # (n,)
+    loss_kind: str
+
+    @property
+    def bins(self) -> int:
+        return int(self.p1.shape[0])
+
+
+def states_of(conf: np.ndarray, bin_edges: np.ndarray) -> np.ndarray:
+    """(N, n) confidence -> (N, n) bin index, exactly as the online policy bins it."""
+    return np.stack([np.searchsorted(bin_edges[k], conf[:, k], side="right") for k in range(conf.shape[1])], 1)
+
+
+def normalised_costs(costs_ms: Sequence[float]) -> np.ndarray:
+    c = np.asarray(costs_ms, float)
+    if (c < 0).any() or c.sum() <= 0:
+        raise ValueError(f"segment costs {list(c)} must be non-negative with a positive sum")
+    return c / c.sum()
+
+
+def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], bins: int = 8,
+              loss_kind: str = "error", laplace: float = 1.0) -> FittedChain:
+    """Estimate the chain from traces ``probs`` (N, n, C) with labels (N,)."""
+    if loss_kind not in LOSS_KINDS:
+        raise ValueError(f"loss_kind {loss_kind!r} is not one of {LOSS_KINDS}")
+    if bins < 1:
+        raise ValueError("bins must be >= 1")
+    n_frames, n, _ = probs.shape
+    if len(costs_ms) != n:
+        raise ValueError(f"{len(costs_ms)} costs for {n} exits")
+    conf = probs.max(-1)
+    correct = probs.argmax(-1) == labels[:, None]
+    qs = np.arange(1, bins) / bins
+    edges = np.stack([np.quantile(conf[:, k], qs) for k in range(n)]) if bins > 1 else np.zeros((n, 0))
+    states = states_of(conf, edges)
+    p1 = np.bincount(states[:, 0], minlength=bins) + laplace
+    p1 = p1 / p1.sum()
+    trans = np.empty((max(n - 1, 0), bins, bins))
+    for k in range(n - 1):
+        counts = np.full((bins, bins), laplace)
+        np.add.at(counts, (states[:, k], states[:, k + 1]), 1)
+        trans[k] = counts / counts.sum(axis=1, keepdims=True)
+    loss = np.empty((n, bins))
+    for k in range(n):
+        for s in range(bins):
+            mask = states[:, k] == s
+            if loss_kind == "error":
+                loss[k, s] = (np.count_nonzero(~correct[mask, k]) + 1) / (np.count_nonzero(mask) + 2)
+            else:
+                loss[k, s] = (1 - conf[mask, k]).mean() if mask.any() else 1 - (s + 0.5) / bins
+    loss = np.maximum(loss, MIN_LOSS)
+    log.debug("fitted chain on %d frames: %d exits, %d bins", n_frames, n, bins)
+    return FittedChain(edges, p1, trans, loss, normalised_costs(costs_ms), loss_kind)
+
+
+def build_policy(chain: FittedChain, lam: float) -> DynamicIndex:
+    sols = solve_horizons(chain.p1, list(chain.transitions), chain.loss, chain.cost, lam)
+    return DynamicIndex(chain.bin_edges, sols)
+
+
+# --- choosing lam ----------------------------------------------------------------------------------------------
+
+LAM_GRID = tuple(float(r / (1 + r)) for r in np.logspace(-3, 3, 61))
+
+
+def replay_index(policy: DynamicIndex, probs: np.ndarray, labels: np.ndarray, cost: np.ndarray,
+                 horizon: int | None = None) -> tuple[float, float]:
+    """(accuracy, mean normalised cost) of ``policy`` on traces."""
+    horizon = horizon or probs.shape[1]
+    cum = np.cumsum(cost)
+    correct, paid = 0, 0.0
+    for i in range(probs.shape[0]):
+        run = policy.start(horizon)
+        k = 0
+        while not run.observe(probs[i, k]):
+            k += 1
+        correct += int(probs[i, run.choice].argmax() == labels[i])
+        paid += cum[k]
+    return correct / len(labels), paid / len(labels)
+
+
+def lam_for_target(chain: FittedChain, probs: np.ndarray, labels: np.ndarray, target_accuracy: float
+                   ) -> tuple[float, float, float]:
+    """The lam of the cheapest policy whose accuracy on the calibration traces reaches the target.
+
+    Returns (lam, accuracy, cost); if no lam reaches the target, the most accurate one, with a warning.
+    """
+    best: tuple[float, float, float] | None = None
+    most_accurate = (0.0, -1.0, 0.0)
+    for lam in LAM_GRID:
+        acc, cost = replay_index(build_policy(chain, lam), probs, labels, chain.cost)
+        if acc >= target_accuracy and (best is None or cost < best[2]):
+            best = (lam, acc, cost)
+        if acc > most_accurate[1]:
+            most_accurate = (lam, acc, cost)
+    if best is None:
+        log.warning("no lam reaches accuracy %.3f on the calibration traces; using the most accurate (%.3f)",
+                    target_accuracy, most_accurate[1])
+        return most_accurate
+    return best
+
+
+# --- saving and loading ----------------------------------------------------------------------------------------
+
+
+def _finite_or_none(a: np.ndarray) -> Any:
+    return [[None if not np.isfinite(v) else float(v) for v in row] for row in a]
+
+
+def save_policy(folder: Path, chain: FittedChain, policy: DynamicIndex, calibration_sha256: str,
+                extra: dict[str, Any]) -> Path:
+    data = {
+        "format_version": POLICY_FORMAT,
+        "kind": "dynamic-index",
+        "lam": policy.lam,
+        "bins": chain.bins,
+        "loss_kind": chain.loss_kind,
+        "calibration_sha256": calibration_sha256,
+        "bin_edges": chain.bin_edges.tolist(),
+        "p1": chain.p1.tolist(),
+        "transitions": chain.transitions.tolist(),
+        "loss": chain.loss.tolist(),
+        "cost": chain.cost.tolist(),
+        "sigma_by_horizon": [_finite_or_none(s.sigma) for s in policy.solutions],
+        "expected_objective_by_horizon": [s.expected_objective for s in policy.solutions],
+        **extra,
+    }
+    path = folder / POLICY_FILE
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = None) -> DynamicIndex:
+    """The saved tables, checked against the model; no refitting."""
+    path = folder / POLICY_FILE
+    if not path.is_file():
+        raise PolicyError(f"{path} is missing: fit it with 'edge-app fit-policy --model {folder}'")
+    try:
+        d = json.loads(path.read_text())
+        if d.get("format_version") != POLICY_FORMAT:
+            raise PolicyError(f"{path}: format_version {d.get('format_version')} is not {POLICY_FORMAT}")
+        edges = np.asarray(d["bin_edges"], float).reshape(n_exits, d["bins"] - 1)
+        lam = float(d["lam"])
+        R = lam * np.asarray(d["loss"], float)
+        sols = []
+        for K, (sig, obj) in enumerate(zip(d["sigma_by_horizon"], d["expected_objective_by_horizon"],
+                                           strict=True), 1):
+            sigma = np.array([[np.inf if v is None else v for v in row] for row in sig], float)
+            if sigma.shape != (K, d["bins"]):
+                raise PolicyError(f"{path}: sigma table for horizon {K} has shape {sigma.shape}")
+            sols.append(ChainSolution(sigma, float(obj), R[:K], lam))
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"{path} is not a valid policy table ({exc}); refit with 'edge-app fit-policy'") from exc
+    if len(sols) != n_exits:
+        raise PolicyError(f"{path} has tables for {len(sols)} exits, the model has {n_exits}")
+    if calibration_sha256 and d.get("calibration_sha256") != calibration_sha256:
+        raise PolicyError(f"{path} was fitted on other calibration traces than the model's; refit it")
+    return DynamicIndex(edges, sols)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,197 @@
+"""Exit policies on one interface: after each exit, stop or go on; when stopped, which exit answers.
+
+    run = policy.start(horizon)          # horizon: how many exits the deadline allows (>= 1)
+    for k in range(horizon):
+        if run.observe(probs_of_exit_k):  # True: stop now
+            break
+    answer = run.choice                   # index of the exit whose result is returned
+
+All runs stop at the horizon whatever they would prefer.  ``DynamicIndex`` is
+T-Tamer's index policy with recall; the others are the baselines of the
+early-exit literature.  Decisions are table look-ups and a few comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from models.chain import ChainSolution
+
+
+class PolicyRun(Protocol):
+    def observe(self, probs: np.ndarray) -> bool: ...
+
+    @property
+    def choice(self) -> int: ...
+
+
+class ExitPolicy(Protocol):
+    name: str
+
+    def start(self, horizon: int) -> PolicyRun: ...
+
+
+class _LastRun:
+    """Shared by the no-recall baselines: the answer is the last exit run."""
+
+    def __init__(self, horizon: int) -> None:
+        self.horizon = horizon
+        self.seen = 0
+
+    @property
+    def choice(self) -> int:
+        return self.seen - 1
+
+    def _at_horizon(self) -> bool:
+        self.seen += 1
+        return self.seen >= self.horizon
+
+
+@dataclass(frozen=True)
+class FixedExit:
+    """Always run to exit ``exit`` (1-based), or to the horizon if that is shallower."""
+
+    exit: int
+
+    @property
+    def name(self) -> str:
+        return f"fixed-{self.exit}"
+
+    def start(self, horizon: int) -> PolicyRun:
+        return _FixedRun(min(self.exit, horizon))
+
+
+class _FixedRun(_LastRun):
+    def observe(self, probs: np.ndarray) -> bool:
+        return self._at_horizon()
+
+
+@dataclass(frozen=True)
+class BudgetGreedy:
+    """The deepest exit whose cost fits the budget: run until the horizon the deadline allows."""
+
+    name: str = "budget-greedy"
+
+    def start(self, horizon: int) -> PolicyRun:
+        return _FixedRun(horizon)
+
+
+@dataclass(frozen=True)
+class ConfidenceThreshold:
+    """Stop at the first exit whose max softmax reaches ``threshold`` ("1-Thr")."""
+
+    threshold: float
+    name: str = "confidence"
+
+    def start(self, horizon: int) -> PolicyRun:
+        return _ConfidenceRun(horizon, self.threshold)
+
+
+class _ConfidenceRun(_LastRun):
+    def __init__(self, horizon: int, threshold: float) -> None:
+        super().__init__(horizon)
+        self.threshold = threshold
+
+    def observe(self, probs: np.ndarray) -> bool:
+        return self._at_horizon() or float(probs.max()) >= self.threshold
+
+
+@dataclass(frozen=True)
+class EntropyThreshold:
+    """Stop at the first exit whose normalised entropy (H / log C, in [0, 1]) is at most ``threshold``."""
+
+    threshold: float
+    name: str = "entropy"
+
+    def start(self, horizon: int) -> PolicyRun:
+        return _EntropyRun(horizon, self.threshold)
+
+
+def normalised_entropy(probs: np.ndarray) -> float:
+    p = probs[probs > 0]
+    return float(-(p * np.log(p)).sum() / math.log(len(probs)))
+
+
+class _EntropyRun(_LastRun):
+    def __init__(self, horizon: int, threshold: float) -> None:
+        super().__init__(horizon)
+        self.threshold = threshold
+
+    def observe(self, probs: np.ndarray) -> bool:
+        return self._at_horizon() or normalised_entropy(probs) <= self.threshold
+
+
+@dataclass(frozen=True)
+class Patience:
+    """Stop once the predicted class has stayed the same for ``patience`` consecutive exits after the first
+    that gave it (PABEE); ``patience = 1``: two agreeing exits in a row."""
+
+    patience: int
+    name: str = "patience"
+
+    def start(self, horizon: int) -> PolicyRun:
+        return _PatienceRun(horizon, self.patience)
+
+
+class _PatienceRun(_LastRun):
+    def __init__(self, horizon: int, patience: int) -> None:
+        super().__init__(horizon)
+        self.patience = patience
+        self.last = -1
+        self.streak = 0
+
+    def observe(self, probs: np.ndarray) -> bool:
+        label = int(probs.argmax())
+        self.streak = self.streak + 1 if label == self.last else 0
+        self.last = label
+        return self._at_horizon() or self.streak >= self.patience
+
+
+class DynamicIndex:
+    """T-Tamer's index policy with recall, one precomputed table per horizon.
+
+    After exit k in state s (the confidence bin), the best weighted loss so
+    far ``X`` is updated; the run stops when ``X <= sigma_K[k][s]`` and then
+    answers with the exit of lowest calibrated loss seen.
+    """
+
+    def __init__(self, bin_edges: np.ndarray, solutions: list[ChainSolution], name: str = "dynamic-index") -> None:
+        self.bin_edges = bin_edges  # (n, m-1) inner edges of the confidence bins, per exit
+        self.solutions = solutions  # index K-1 holds the table for horizon K
+        self.name = name
+
+    @property
+    def lam(self) -> float:
+        return self.solutions[-1].lam
+
+    def start(self, horizon: int) -> PolicyRun:
+        return _IndexRun(self.bin_edges, self.solutions[min(horizon, len(self.solutions)) - 1])
+
+
+class _IndexRun:
+    __slots__ = ("_best", "_choice", "_edges", "_k", "_r", "_sigma")
+
+    def __init__(self, edges: np.ndarray, sol: ChainSolution) -> None:
+        self._edges = edges
+        self._sigma = sol.sigma
+        self._r = sol.weighted_loss
+        self._k = 0
+        self._best = math.inf
+        self._choice = 0
+
+    def observe(self, probs: np.ndarray) -> bool:
+        k = self._k
+        state = int(np.searchsorted(self._edges[k], probs.max(), side="right"))
+        r = self._r[k, state]
+        if r < self._best:
+            self._best, self._choice = float(r), k
+        self._k += 1
+        return bool(self._best <= self._sigma[k, state])  # sigma is +inf at the horizon's last exit
+
+    @property
+    def choice(self) -> int:
+        return self._choice
