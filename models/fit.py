@@ -58,7 +58,8 @@ def normalised_costs(costs_ms: Sequence[float]) -> np.ndarray:
     c = np.asarray(costs_ms, float)
     if (c < 0).any() or c.sum() <= 0:
         raise ValueError(f"segment costs {list(c)} must be non-negative with a positive sum")
-    return c / c.sum()
+    out: np.ndarray = c / c.sum()
+    return out
 
 
 def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], bins: int = 8,

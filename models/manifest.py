@@ -85,9 +85,10 @@ class Manifest(_Strict):
             last = k == len(self.exits) - 1
             if last != (ex.features is None):
                 raise ValueError(f"exits[{k}] ({ex.name}): only the last segment may lack a feature output")
-            if k and self.exits[k - 1].features is not None and ex.input.shape != self.exits[k - 1].features.shape:
+            prev = self.exits[k - 1].features if k else None
+            if prev is not None and ex.input.shape != prev.shape:
                 raise ValueError(f"exits[{k}] ({ex.name}) input shape {ex.input.shape} does not match "
-                                 f"exits[{k - 1}] feature shape {self.exits[k - 1].features.shape}")
+                                 f"exits[{k - 1}] feature shape {prev.shape}")
         for required in ("calibration", "test"):
             if required not in self.traces:
                 raise ValueError(f"traces lacks the {required!r} entry")

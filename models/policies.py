@@ -30,7 +30,8 @@ class PolicyRun(Protocol):
 
 
 class ExitPolicy(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def start(self, horizon: int) -> PolicyRun: ...
 

@@ -44,7 +44,8 @@ class ExitResult:
 
 def softmax(z: np.ndarray) -> np.ndarray:
     e = np.exp(z - z.max())
-    return e / e.sum()
+    out: np.ndarray = e / e.sum()
+    return out
 
 
 def resolve_providers(requested: Sequence[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -24,7 +24,7 @@ def brute_force(p1, trans, loss, cost, lam, recall=True) -> float:  # type: igno
     """Best expected objective over all deterministic adaptive policies: a choice at every history."""
     n, m = loss.shape
 
-    @lru_cache(maxsize=None)
+    @cache
     def best(history: tuple[int, ...]) -> float:
         k = len(history) - 1
         seen = [loss[j, s] for j, s in enumerate(history)]

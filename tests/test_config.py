@@ -41,7 +41,8 @@ def test_unknown_section_is_named(tmp_path: Path) -> None:
 
 
 def test_out_of_range_value_says_why(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"\[server\].port: Input should be less than or equal to 65535 \(got 70000\)"):
+    msg = r"\[server\].port: Input should be less than or equal to 65535 \(got 70000\)"
+    with pytest.raises(ConfigError, match=msg):
         load_config(write(tmp_path, "[server]\nport = 70000\n"))
 
 

@@ -75,7 +75,8 @@ def test_continuing_reuses_the_first_exits_features(tiny_model_folder: Path) -> 
     direct = rt.sessions[1].run(None, {"input": feats})[1][0]
     e = np.exp(direct - direct.max())
     np.testing.assert_allclose(second.probs, e / e.sum(), atol=1e-6)
-    assert [c.count for c in rt.costs] == [1, 1, 0] and rt.costs[0].median_ms == pytest.approx(run.results[0].segment_ms)
+    assert [c.count for c in rt.costs] == [1, 1, 0]
+    assert rt.costs[0].median_ms == pytest.approx(run.results[0].segment_ms)
 
 
 def test_preprocess_matches_the_training_normalisation(tiny_model_folder: Path) -> None:

@@ -6,11 +6,18 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs the train extra")
 
+from torchvision.models.vgg import cfgs  # noqa: E402
+
 from exporter.train import TrainConfig, joint_loss, train  # noqa: E402
 from exporter.vgg import (  # noqa: E402
-    DEFAULT_EXIT_FRACTIONS, VGG_CONFIGS, ArchSpec, ThreeExitVGG, make_layers, split_candidates, trace_shapes,
+    DEFAULT_EXIT_FRACTIONS,
+    VGG_CONFIGS,
+    ArchSpec,
+    ThreeExitVGG,
+    make_layers,
+    split_candidates,
+    trace_shapes,
 )
-from torchvision.models.vgg import cfgs  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -73,9 +80,9 @@ def test_zero_weight_leaves_that_head_untrained() -> None:
 
 
 def test_short_training_reduces_the_loss(demo_data_dir) -> None:  # type: ignore[no-untyped-def]
-    from exporter.datasets import demo_split_dataset
-
     from torch.utils.data import Subset
+
+    from exporter.datasets import demo_split_dataset
 
     ds, names = demo_split_dataset(demo_data_dir / "train.npz")
     model = ThreeExitVGG(ArchSpec(config="vgg11", width=0.125, input_size=96, num_classes=len(names)))
