@@ -59,7 +59,17 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"error: the exporter needs the training extra ({exc}); install it with: pip install -e '.[train]'",
               file=sys.stderr)
         return 2
-    return exporter_main(args.rest or ["all"])
+    rest = args.rest or ["all"]
+    rc = exporter_main(rest)
+    if rc == 0 and rest[0] in ("export", "all"):
+        from edge_app.policy_cmds import fit_policy
+
+        out = argparse.ArgumentParser(add_help=False)
+        out.add_argument("--out", type=Path, default=Path("models/default"))
+        folder = out.parse_known_args(rest[1:])[0].out
+        info = fit_policy(folder)
+        print(f"fitted the dynamic index beside the model: lam={info['lam']:.4f} ({folder / 'policy.json'})")
+    return rc
 
 
 def _model_dir(args: argparse.Namespace) -> Path:

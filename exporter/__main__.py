@@ -30,6 +30,7 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss-weights", type=float, nargs=3, default=(0.3, 0.3, 1.0), metavar=("W1", "W2", "W3"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--init", type=Path, help="start from this checkpoint's weights (fine-tune) instead of scratch")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             pipeline.build_data(args.data if args.cmd == "all" else args.out, args.cache, counts, args.seed)
         if args.cmd in ("train", "all"):
             out = args.checkpoint if args.cmd == "all" else args.out
-            pipeline.train_checkpoint(args.data, out, pipeline.train_options(args))
+            pipeline.train_checkpoint(args.data, out, pipeline.train_options(args), init=args.init)
         if args.cmd in ("export", "all"):
             pipeline.export_checkpoint(args.checkpoint, args.data, args.out)
     except pipeline.ExportError as exc:

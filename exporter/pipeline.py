@@ -65,10 +65,19 @@ def load_dataset(root: Path, split: str, input_size: int) -> tuple[Dataset[Any],
 
 
 def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
-                     progress: Any = print) -> ThreeExitVGG:
+                     progress: Any = print, init: Path | None = None) -> ThreeExitVGG:
     ds, names, source = load_dataset(data_root, "train", opts.arch.input_size)
     arch = dataclasses.replace(opts.arch, num_classes=len(names))
     model = ThreeExitVGG(arch)
+    history: list[Any] = []
+    seconds = 0.0
+    if init is not None:
+        start, ckpt = load_checkpoint(init)
+        if start.spec != arch:
+            raise ExportError(f"{init} holds {start.spec}, not the requested {arch}")
+        model.load_state_dict(start.state_dict())
+        history, seconds = list(ckpt["history"]), float(ckpt["train_seconds"])
+        log.info("fine-tuning from %s (%d epochs already)", init, len(history))
     log.info("training %s width %.3g on %s (%d samples), exits at %s of backbone FLOPs", arch.config,
              arch.width, source, len(ds),  # type: ignore[arg-type]
              [round(f, 3) for f in model.backbone_fractions[:2]])
@@ -80,8 +89,8 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
         "state_dict": model.state_dict(),
         "class_names": names,
         "train_config": dataclasses.asdict(opts.train),
-        "history": [dataclasses.asdict(h) for h in result.history],
-        "train_seconds": time.perf_counter() - t0,
+        "history": history + [dataclasses.asdict(h) for h in result.history],
+        "train_seconds": seconds + time.perf_counter() - t0,
         "dataset": source,
         "torch_version": torch.__version__,
         "host": platform.node(),

@@ -187,7 +187,7 @@ def head_flops(head: nn.Module, side: int) -> int:
     flops = 0
     for m in head.modules():
         if isinstance(m, nn.Conv2d):
-            pad = int(m.padding[0])  # type: ignore[arg-type]  # ints here, never "same"
+            pad = int(m.padding[0])  # ints here, never "same"
             side = (side + 2 * pad - m.kernel_size[0]) // m.stride[0] + 1
             flops += 2 * m.in_channels * m.out_channels * m.kernel_size[0] * m.kernel_size[1] * side**2
         elif isinstance(m, nn.Linear):
