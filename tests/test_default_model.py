@@ -39,3 +39,11 @@ def test_default_model_runs() -> None:
     results = [run.advance() for _ in range(rt.num_exits)]
     assert [r.exit_index for r in results] == [0, 1, 2]
     assert all(abs(r.probs.sum() - 1) < 1e-6 for r in results)
+
+
+def test_default_model_ships_its_policy_tables() -> None:
+    from models.fit import load_policy
+
+    m = read_manifest(DEFAULT)
+    pol = load_policy(DEFAULT, len(m.exits), m.traces["calibration"].sha256)
+    assert 0 < pol.lam <= 1 and [s.n_exits for s in pol.solutions] == [1, 2, 3]

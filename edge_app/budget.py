@@ -1,0 +1,45 @@
+"""Budget arithmetic per frame: pure functions of plain numbers.
+
+    compute budget = total_budget_ms - network_ms - waited_ms - safety_margin_ms
+    network_ms     = rtt_ms + frame_bits / bitrate   (the frame came up, the result goes back down,
+                                                      and the annotated frame must be sent)
+
+``horizon`` is the number of exits whose predicted cumulative cost fits; at
+least 1, so that every frame gets an answer even when the deadline is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Budget:
+    total_ms: float
+    network_ms: float
+    waited_ms: float
+    compute_ms: float  # may be negative: the deadline is already lost
+
+
+def send_time_ms(frame_bytes: float, bitrate_bps: float) -> float:
+    if bitrate_bps <= 0:
+        raise ValueError("bitrate must be positive")
+    return 8.0 * frame_bytes / bitrate_bps * 1e3
+
+
+def frame_budget(total_ms: float, rtt_ms: float, frame_bytes: float, bitrate_bps: float, waited_ms: float,
+                 margin_ms: float = 0.0) -> Budget:
+    network = rtt_ms + send_time_ms(frame_bytes, bitrate_bps)
+    return Budget(total_ms, network, waited_ms, total_ms - network - waited_ms - margin_ms)
+
+
+def horizon(compute_ms: float, predicted_cost_ms: Sequence[float]) -> int:
+    """How many exits (from the first) fit in ``compute_ms`` given each segment's predicted cost."""
+    spent, k = 0.0, 0
+    for c in predicted_cost_ms:
+        if spent + c > compute_ms:
+            break
+        spent += c
+        k += 1
+    return max(1, k)
