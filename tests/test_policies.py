@@ -65,7 +65,7 @@ def test_fit_chain_from_traces() -> None:
     np.testing.assert_allclose(chain.cost, [0.5, 0.25, 0.25])
     assert (chain.loss > 0).all()
     # quantile bins: each state holds about 1/6 of the frames
-    counts = np.bincount(states_of(probs.max(-1), chain.bin_edges)[:, 0], minlength=6)
+    counts = np.bincount(states_of(probs, chain.bin_edges)[:, 0], minlength=6)
     assert counts.min() > 0.1 * len(labels)
     # calibrated error falls as confidence rises, and deeper exits are better
     assert chain.loss[0, 0] > chain.loss[0, -1] and chain.loss[2].mean() < chain.loss[0].mean()
@@ -78,7 +78,7 @@ def test_online_policy_follows_the_tables() -> None:
     chain = fit_chain(probs, labels, [1.0, 1.0, 1.0], bins=4)
     pol = build_policy(chain, 0.7)
     sol = pol.solutions[-1]
-    states = states_of(probs.max(-1), chain.bin_edges)
+    states = states_of(probs, chain.bin_edges)
     for i in range(len(labels)):
         ran, choice = run_all(pol, probs[i])
         best, want_ran = np.inf, 3

@@ -1,0 +1,62 @@
+"""The scheduler on the real default model: deadline truncation, depth steps, recall."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_app.scheduler import FrameScheduler
+from models.fit import load_policy
+from models.policies import ConfidenceThreshold, FixedExit
+from models.runtime import ModelRuntime
+
+DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
+
+
+@pytest.fixture(scope="module")
+def runtime() -> ModelRuntime:
+    return ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=3)
+
+
+def frame(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (240, 320, 3), dtype=np.uint8)
+
+
+def test_exits_that_do_not_fit_are_never_started(runtime: ModelRuntime) -> None:
+    sched = FrameScheduler(runtime, FixedExit(3), max_depth_step=3)
+    x = runtime.preprocess(frame(0))
+    before = list(runtime.segment_runs)
+    d = sched.analyse(x, compute_budget_ms=0.0)
+    assert d.exits_run == 1 and d.horizon == 1 and d.exit_index == 0, "exit 1 always runs"
+    assert [a - b for a, b in zip(runtime.segment_runs, before, strict=True)] == [1, 0, 0]
+    assert not d.deadline_met
+    d = sched.analyse(x, compute_budget_ms=1e6)
+    assert d.exits_run == 3 and d.deadline_met and d.actual_ms > 0 and d.predicted_ms > 0
+
+
+def test_depth_rises_one_step_per_frame(runtime: ModelRuntime) -> None:
+    sched = FrameScheduler(runtime, FixedExit(3), max_depth_step=1)
+    x = runtime.preprocess(frame(1))
+    assert sched.analyse(x, 0.0).exits_run == 1
+    assert [sched.analyse(x, 1e6).exits_run for _ in range(3)] == [2, 3, 3]
+
+
+def test_depth_falls_one_step_unless_the_deadline_forces_it(runtime: ModelRuntime) -> None:
+    sched = FrameScheduler(runtime, ConfidenceThreshold(0.0), max_depth_step=1)  # would stop at exit 1
+    x = runtime.preprocess(frame(2))
+    sched._previous_exits_run = 3
+    assert sched.analyse(x, 1e6).exits_run == 2, "falls one step, not to exit 1 at once"
+    assert sched.analyse(x, 1e6).exits_run == 1
+    sched._previous_exits_run = 3
+    assert sched.analyse(x, 0.0).exits_run == 1, "the deadline overrides the step limit"
+
+
+def test_dynamic_index_answers_with_the_best_exit_seen(runtime: ModelRuntime) -> None:
+    pol = load_policy(DEFAULT, runtime.num_exits)
+    sched = FrameScheduler(runtime, pol, max_depth_step=3)
+    for seed in range(20):
+        d = sched.analyse(runtime.preprocess(frame(seed)), 1e6)
+        assert d.exit_index < d.exits_run <= 3
+        assert d.result is not None and d.result.exit_index == d.exit_index
