@@ -70,6 +70,7 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
     arch = dataclasses.replace(opts.arch, num_classes=len(names))
     model = ThreeExitVGG(arch)
     history: list[Any] = []
+    lineage: list[dict[str, Any]] = []
     seconds = 0.0
     if init is not None:
         start, ckpt = load_checkpoint(init)
@@ -77,6 +78,7 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
             raise ExportError(f"{init} holds {start.spec}, not the requested {arch}")
         model.load_state_dict(start.state_dict())
         history, seconds = list(ckpt["history"]), float(ckpt["train_seconds"])
+        lineage = list(ckpt.get("lineage", [{"dataset": ckpt["dataset"], "epochs": len(history)}]))
         log.info("fine-tuning from %s (%d epochs already)", init, len(history))
     log.info("training %s width %.3g on %s (%d samples), exits at %s of backbone FLOPs", arch.config,
              arch.width, source, len(ds),  # type: ignore[arg-type]
@@ -92,6 +94,8 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
         "history": history + [dataclasses.asdict(h) for h in result.history],
         "train_seconds": seconds + time.perf_counter() - t0,
         "dataset": source,
+        "lineage": [*lineage, {"dataset": source, "epochs": opts.train.epochs, "lr": opts.train.lr,
+                                "fine_tuned_from": str(init) if init else None}],
         "torch_version": torch.__version__,
         "host": platform.node(),
     }, out)
@@ -123,6 +127,7 @@ def export_checkpoint(ckpt_path: Path, data_root: Path, out: Path) -> None:
     log.info("eager per-exit test accuracy: %s", [round(a, 4) for a in torch_acc])
     provenance = {
         "dataset": ckpt["dataset"],
+        "lineage": ckpt.get("lineage", []),
         "calibration_set": calib_src,
         "test_set": test_src,
         "train_config": ckpt["train_config"],

@@ -5,8 +5,10 @@ bins, exit k's inner edges are the ``1/m, ..., (m-1)/m`` quantiles of its
 confidence on the calibration frames, so every state is about equally often
 seen and no bin is empty by construction.  Transitions and the first-exit
 distribution are Laplace-smoothed counts.  Node losses are the calibrated
-error of the exit given its bin, ``(errors + 1) / (frames + 2)`` (strictly
-positive by construction); ``loss_kind="one-minus-confidence"`` uses the
+error of the exit given its bin, shrunk towards the exit's overall error
+``e_k``: ``(errors + 2 e_k) / (frames + 2)`` (strictly positive; and where
+several bins saw no error, the deeper, better exit still gets the lower
+loss, so recall does not prefer a shallow exit on a tie); ``loss_kind="one-minus-confidence"`` uses the
 paper's proxy, the bin's mean ``1 - confidence``.  Costs are each segment's
 cost normalised by full depth.
 """
@@ -100,11 +102,12 @@ def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], 
         np.add.at(counts, (states[:, k], states[:, k + 1]), 1)
         trans[k] = counts / counts.sum(axis=1, keepdims=True)
     loss = np.empty((n, bins))
+    exit_error = np.clip(1 - correct.mean(axis=0), 1 / (n_frames + 2), None)
     for k in range(n):
         for s in range(bins):
             mask = states[:, k] == s
-            if loss_kind == "error":
-                loss[k, s] = (np.count_nonzero(~correct[mask, k]) + 1) / (np.count_nonzero(mask) + 2)
+            if loss_kind == "error":  # shrunk towards the exit's overall error rate (prior weight 2 frames)
+                loss[k, s] = (np.count_nonzero(~correct[mask, k]) + 2 * exit_error[k]) / (np.count_nonzero(mask) + 2)
             else:
                 loss[k, s] = (1 - conf[mask, k]).mean() if mask.any() else 1 - (s % n_bins + 0.5) / n_bins
     loss = np.maximum(loss, MIN_LOSS)

@@ -198,7 +198,7 @@ class _IndexRun:
                 state += self._agree_offset
             self._last = label
         r = self._r[k, state]
-        if r < self._best:
+        if r <= self._best:  # on a tie the deeper exit answers
             self._best, self._choice = float(r), k
         self._k += 1
         return bool(self._best <= self._sigma[k, state])  # sigma is +inf at the horizon's last exit
