@@ -81,7 +81,7 @@ def cmd_fit_policy(args: argparse.Namespace) -> int:
 
     info = fit_policy(_model_dir(args), bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
                       loss_kind=args.loss_kind)
-    print(f"lam={info['lam']:.4f}: calibration accuracy {info['calibration_accuracy']:.4f} "
+    print(f"lam={info['lam']:.4f}, loss {info['loss_kind']}: calibration accuracy {info['calibration_accuracy']:.4f} "
           f"(final exit {info['calibration_final_exit_accuracy']:.4f}) at {info['calibration_cost']:.3f} of "
           f"full-depth cost; fitted on {info['calibration_frames']} frames in {info['fit_seconds']:.2f} s")
     return 0
@@ -129,13 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--lam", type=float, help="weight of loss against cost, in [0, 1]")
     g.add_argument("--target-accuracy", type=float,
                    help="choose lam: cheapest policy reaching this calibration accuracy (default: final - 1 point)")
-    f.add_argument("--loss-kind", choices=["error", "one-minus-confidence"], default="error")
+    f.add_argument("--loss-kind", choices=["auto", "error", "one-minus-confidence"], default="auto",
+                   help="node loss: calibrated error, 1 - confidence, or whichever is cheaper on calibration")
     f.set_defaults(func=cmd_fit_policy)
     v = sub.add_parser("evaluate", help="replay every policy on the test traces: table, Pareto plot, JSON")
     _model_args(v)
     v.add_argument("--out", type=Path, default=Path("artifacts/evaluate"))
     v.add_argument("--bins", type=int, default=8)
-    v.add_argument("--loss-kind", choices=["error", "one-minus-confidence"], default="error")
+    v.add_argument("--loss-kind", choices=["error", "one-minus-confidence"],
+                   help="node loss of the dynamic index (default: that of the model's policy.json)")
     v.set_defaults(func=cmd_evaluate)
     bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
     _model_args(bp)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from models.evaluate import PolicyPoint, cheapest_reaching, dominance, pareto_front, replay, sweep
-from models.fit import FittedChain, build_policy, fit_chain, lam_for_target, save_policy
+from models.fit import LOSS_KINDS, POLICY_FILE, FittedChain, build_policy, fit_chain, lam_for_target, save_policy
 from models.manifest import Manifest, read_manifest, verify_file
 
 log = logging.getLogger(__name__)
@@ -27,23 +27,31 @@ def load_traces(folder: Path, manifest: Manifest, split: str) -> tuple[np.ndarra
 
 
 def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,
-               loss_kind: str = "error") -> dict[str, Any]:
+               loss_kind: str = "auto") -> dict[str, Any]:
     """Fit on the calibration traces, choose lam, write ``policy.json``; returns what was chosen."""
     manifest = read_manifest(folder)
     t0 = time.perf_counter()
     probs, labels = load_traces(folder, manifest, "calibration")
-    chain = fit_chain(probs, labels, manifest.costs_ms, bins=bins, loss_kind=loss_kind)
     final_acc = float((probs[:, -1].argmax(-1) == labels).mean())
-    if lam is None:
-        target = final_acc - 0.01 if target_accuracy is None else target_accuracy
-        lam, acc, cost = lam_for_target(chain, probs, labels, target)
-    else:
-        target = None
-        acc, cost = replay_point(chain, lam, probs, labels)
+    kinds = LOSS_KINDS if loss_kind == "auto" else (loss_kind,)
+    target = None if lam is not None else (final_acc - 0.01 if target_accuracy is None else target_accuracy)
+    best: tuple[float, float, float, FittedChain] | None = None
+    for kind in kinds:  # "auto": the loss kind whose policy is cheaper at the target, on the calibration traces
+        chain = fit_chain(probs, labels, manifest.costs_ms, bins=bins, loss_kind=kind)
+        if lam is None:
+            assert target is not None
+            k_lam, acc, cost = lam_for_target(chain, probs, labels, target)
+        else:
+            k_lam = lam
+            acc, cost = replay_point(chain, lam, probs, labels)
+        if best is None or (acc >= (target or 0.0) and cost < best[2]):
+            best = (k_lam, acc, cost, chain)
+    assert best is not None
+    lam, acc, cost, chain = best
     policy = build_policy(chain, lam)
     seconds = time.perf_counter() - t0
-    info = {"lam": lam, "target_accuracy": target, "calibration_accuracy": acc, "calibration_cost": cost,
-            "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
+    info = {"lam": lam, "loss_kind": chain.loss_kind, "target_accuracy": target, "calibration_accuracy": acc,
+            "calibration_cost": cost, "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
             "fit_seconds": round(seconds, 3)}
     path = save_policy(folder, chain, policy, manifest.traces["calibration"].sha256, info)
     log.info("wrote %s: lam=%.4f, calibration accuracy %.4f at cost %.3f of full depth (%.2fs)", path, lam, acc,
@@ -64,9 +72,21 @@ def _by_policy(points: list[PolicyPoint]) -> dict[str, list[PolicyPoint]]:
     return out
 
 
-def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str = "error") -> dict[str, Any]:
-    """Replay every policy on the test traces at every horizon; write table, plot and JSON into ``out``."""
+def saved_loss_kind(folder: Path) -> str:
+    """The loss kind of the model's fitted ``policy.json`` ("error" if there is none)."""
+    try:
+        return str(json.loads((folder / POLICY_FILE).read_text()).get("loss_kind", "error"))
+    except (OSError, ValueError):
+        return "error"
+
+
+def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str | None = None) -> dict[str, Any]:
+    """Replay every policy on the test traces at every horizon; write table, plot and JSON into ``out``.
+
+    ``loss_kind`` defaults to the one the model's saved policy was fitted with.
+    """
     manifest = read_manifest(folder)
+    loss_kind = loss_kind or saved_loss_kind(folder)
     cal_p, cal_y = load_traces(folder, manifest, "calibration")
     test_p, test_y = load_traces(folder, manifest, "test")
     chain = fit_chain(cal_p, cal_y, manifest.costs_ms, bins=bins, loss_kind=loss_kind)
@@ -76,7 +96,8 @@ def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str = "error") -
     full = by_horizon[n]
     final_acc = float((test_p[:, -1].argmax(-1) == test_y).mean())
     groups = _by_policy(full)
-    summary: dict[str, Any] = {"model": manifest.name, "test_frames": len(test_y), "final_exit_accuracy": final_acc,
+    summary: dict[str, Any] = {"model": manifest.name, "loss_kind": loss_kind, "test_frames": len(test_y),
+                               "final_exit_accuracy": final_acc,
                                "costs_normalised": chain.cost.tolist(), "within_1_point": {}, "dominance": {}}
     for name, pts in groups.items():
         best = cheapest_reaching(pts, final_acc - 0.01)
@@ -107,7 +128,8 @@ def _deadline_summary(by_horizon: dict[int, list[PolicyPoint]]) -> dict[str, Any
 
 
 def format_table(full: list[PolicyPoint], groups: dict[str, list[PolicyPoint]], summary: dict[str, Any]) -> str:
-    lines = [f"model {summary['model']}, {summary['test_frames']} test frames, final exit accuracy "
+    lines = [f"model {summary['model']}, dynamic index with loss {summary['loss_kind']}, "
+             f"{summary['test_frames']} test frames, final exit accuracy "
              f"{summary['final_exit_accuracy']:.4f}; costs normalised to full depth {summary['costs_normalised']}",
              "",
              "Pareto points per policy (all exits allowed):",
@@ -125,8 +147,9 @@ def format_table(full: list[PolicyPoint], groups: dict[str, list[PolicyPoint]], 
                                          f"param {best['param']}"))
     lines += ["", "Dynamic index vs baselines at accuracy levels within 2 points of the final exit:"]
     for name, d in summary["dominance"].items():
-        verdict = "never costlier" if not d["worse_at"] else f"costlier at {len(d['worse_at'])} levels " \
-                  f"(by at most {d['worst_excess_cost']:.3f}): {d['worse_at'][:8]}"
+        verdict = "never costlier" if not d["worse_at"] else (
+            f"costlier at {len(d['worse_at'])} levels (by at most {d['worst_excess_cost']:.3f} where it reaches "
+            f"them; {d['levels_ours_never_reaches']} levels it never reaches): {d['worse_at'][:6]}...")
         lines.append(f"  vs {name:<12} {d['levels_not_worse']}/{d['levels']} levels not costlier; {verdict}")
     lines += ["", "Deadline sweep (horizon K = exits that fit): cheapest cost within 1 point of exit K:"]
     for h, res in summary["deadline"].items():

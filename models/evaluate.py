@@ -116,9 +116,11 @@ def dominance(ours: Sequence[PolicyPoint], theirs: Sequence[PolicyPoint], final_
     a, b = cost_curve(ours, levels), cost_curve(theirs, levels)
     reached = np.isfinite(a) | np.isfinite(b)
     worse = reached & (a > b + 1e-9)
+    finite_worse = worse & np.isfinite(a)
     return {
         "levels": int(reached.sum()),
         "levels_not_worse": int((reached & ~worse).sum()),
-        "worst_excess_cost": float(np.max(np.where(worse, a - b, 0.0), initial=0.0)),
+        "levels_ours_never_reaches": int((reached & ~np.isfinite(a)).sum()),
+        "worst_excess_cost": float(np.max(np.where(finite_worse, a - b, 0.0), initial=0.0)),
         "worse_at": [round(float(x), 4) for x in levels[worse]],
     }
