@@ -43,7 +43,7 @@ class ModelConfig(_Section):
     path: Path = Field(Path("models/default"), description="model folder, relative to the config file")
     providers: list[Literal["cuda", "cpu"]] = Field(["cuda", "cpu"], min_length=1,
                                                      description="ONNX Runtime providers in order of preference")
-    threads: int = Field(0, ge=0, le=256, description="intra-op threads (0: ONNX Runtime's default)")
+    threads: int = Field(1, ge=0, le=256, description="intra-op threads (0: ONNX Runtime's default)")
     warmup_runs: int = Field(3, ge=0, le=100, description="blank frames run at load")
     cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
 
