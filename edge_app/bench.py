@@ -63,7 +63,7 @@ def bench_policy(folder: Path, frames: int = 2000) -> str:
     from edge_app.policy_cmds import load_traces
     from models.fit import load_policy
     from models.manifest import read_manifest
-    from models.policies import ConfidenceThreshold, ExitPolicy, FixedExit, Patience
+    from models.policies import ConfidenceThreshold, ExitPolicy, FixedExit, Patience, run_on_trace
 
     manifest = read_manifest(folder)
     probs, _ = load_traces(folder, manifest, "test")
@@ -76,13 +76,9 @@ def bench_policy(folder: Path, frames: int = 2000) -> str:
         per_frame, exits = [], 0
         for i in range(len(probs)):
             t0 = time.perf_counter_ns()
-            run = pol.start(n)
-            k = 0
-            while not run.observe(probs[i, k]):
-                k += 1
-            _ = run.choice
+            ran, _ = run_on_trace(pol, probs[i], n)
             per_frame.append((time.perf_counter_ns() - t0) / 1e3)
-            exits += k + 1
+            exits += ran
         lines.append(f"{pol.name:<16}{statistics.median(per_frame):>10.2f}{np.percentile(per_frame, 95):>9.2f}"
                      f"{exits / len(probs):>11.2f}")
     seg = ", ".join(f"{e.name} {e.cpu_cost.median_ms * 1e3:.0f} us" for e in manifest.exits)

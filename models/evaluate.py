@@ -9,7 +9,15 @@ from typing import Any
 import numpy as np
 
 from models.fit import FittedChain, build_policy
-from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, ExitPolicy, FixedExit, Patience
+from models.policies import (
+    BudgetGreedy,
+    ConfidenceThreshold,
+    EntropyThreshold,
+    ExitPolicy,
+    FixedExit,
+    Patience,
+    run_on_trace,
+)
 
 
 @dataclass(frozen=True)
@@ -37,11 +45,7 @@ def replay(policy: ExitPolicy, probs: np.ndarray, labels: np.ndarray, cost: np.n
     ran = np.empty(n_frames, int)
     chosen = np.empty(n_frames, int)
     for i in range(n_frames):
-        run = policy.start(horizon)
-        k = 0
-        while not run.observe(probs[i, k]):
-            k += 1
-        ran[i], chosen[i] = k + 1, run.choice
+        ran[i], chosen[i] = run_on_trace(policy, probs[i], horizon)
     return _score(policy.name, param, horizon, probs, labels, cum, ran, chosen)
 
 

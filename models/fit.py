@@ -27,7 +27,7 @@ import numpy as np
 
 from models.chain import ChainSolution, solve_horizons
 from models.errors import PolicyError
-from models.policies import DynamicIndex
+from models.policies import DynamicIndex, run_on_trace
 
 log = logging.getLogger(__name__)
 
@@ -132,12 +132,9 @@ def replay_index(policy: DynamicIndex, probs: np.ndarray, labels: np.ndarray, co
     cum = np.cumsum(cost)
     correct, paid = 0, 0.0
     for i in range(probs.shape[0]):
-        run = policy.start(horizon)
-        k = 0
-        while not run.observe(probs[i, k]):
-            k += 1
-        correct += int(probs[i, run.choice].argmax() == labels[i])
-        paid += cum[k]
+        ran, choice = run_on_trace(policy, probs[i], horizon)
+        correct += int(probs[i, choice].argmax() == labels[i])
+        paid += cum[ran - 1]
     return correct / len(labels), paid / len(labels)
 
 

@@ -206,3 +206,12 @@ class _IndexRun:
     @property
     def choice(self) -> int:
         return self._choice
+
+
+def run_on_trace(policy: ExitPolicy, exit_probs: np.ndarray, horizon: int) -> tuple[int, int]:
+    """Replay one frame's per-exit softmax ``exit_probs`` (n, C): (exits run, index of the answering exit)."""
+    run = policy.start(horizon)
+    k = 0
+    while not run.observe(exit_probs[k]):
+        k += 1
+    return k + 1, run.choice

@@ -13,7 +13,15 @@ import pytest
 from models.errors import PolicyError
 from models.evaluate import dominance, pareto_front, prophet, replay
 from models.fit import build_policy, fit_chain, load_policy, save_policy, states_of
-from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, FixedExit, Patience, normalised_entropy
+from models.policies import (
+    BudgetGreedy,
+    ConfidenceThreshold,
+    EntropyThreshold,
+    FixedExit,
+    Patience,
+    normalised_entropy,
+    run_on_trace,
+)
 
 
 def onehotish(label: int, conf: float, c: int = 4) -> np.ndarray:
@@ -23,11 +31,7 @@ def onehotish(label: int, conf: float, c: int = 4) -> np.ndarray:
 
 
 def run_all(policy, seq, horizon=None):  # type: ignore[no-untyped-def]
-    run = policy.start(horizon or len(seq))
-    k = 0
-    while not run.observe(seq[k]):
-        k += 1
-    return k + 1, run.choice
+    return run_on_trace(policy, np.asarray(seq), horizon or len(seq))
 
 
 def test_baselines_stop_where_they_should() -> None:
