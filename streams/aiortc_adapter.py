@@ -1,0 +1,67 @@
+"""The one place that reads aiortc's private state (aiortc is pinned to 1.16.0 in pyproject.toml).
+
+aiortc computes what we need but does not expose all of it:
+
+* RTT: ``RTCRtpSender`` keeps an EWMA of receiver-report RTTs in ``__rtt``
+  (seconds; ``None`` for the first seconds).  It equals ``roundTripTime`` of
+  the ``remote-inbound-rtp`` stats entry, so the public ``getStats()`` is the
+  fallback.
+* Bitrate: REMB from the peer sets the sender's encoder ``target_bitrate``;
+  the receiver's own estimate is its remote bitrate estimator's
+  ``rate_control.current_bitrate``, meaningful once
+  ``current_bitrate_initialized``.
+
+``check_internals`` fails loudly, naming what moved, if a new aiortc renames
+any of this; ``tests/test_aiortc_adapter.py`` calls it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SENDER_RTT = "_RTCRtpSender__rtt"
+SENDER_ENCODER = "_RTCRtpSender__encoder"  # created when the first frame is sent
+RECEIVER_ESTIMATOR = "_RTCRtpReceiver__remote_bitrate_estimator"
+
+
+class AiortcInternalsError(RuntimeError):
+    """aiortc's private attributes this adapter reads are not where aiortc 1.16.0 kept them."""
+
+
+def check_internals(sender: Any, receiver: Any) -> None:
+    """Raise ``AiortcInternalsError`` listing every private name that is missing on a video sender/receiver."""
+    missing = []
+    if not hasattr(sender, SENDER_RTT):
+        missing.append(f"RTCRtpSender.{SENDER_RTT}")
+    est = getattr(receiver, RECEIVER_ESTIMATOR, None)
+    if est is None:
+        missing.append(f"RTCRtpReceiver.{RECEIVER_ESTIMATOR}")
+    else:
+        rc = getattr(est, "rate_control", None)
+        for name in ("current_bitrate", "current_bitrate_initialized"):
+            if not hasattr(rc, name):
+                missing.append(f"RemoteBitrateEstimator.rate_control.{name}")
+    if missing:
+        raise AiortcInternalsError("aiortc internals moved (is aiortc still 1.16.0?): " + ", ".join(missing))
+
+
+def sender_rtt_ms(sender: Any) -> float | None:
+    """The sender's smoothed RTT from receiver reports, in ms; None until the first report."""
+    rtt = getattr(sender, SENDER_RTT, None)
+    return None if rtt is None else float(rtt) * 1e3
+
+
+def sender_target_bitrate_bps(sender: Any) -> int | None:
+    """The encoder's target bitrate (set by the peer's REMB); None before the first frame is encoded."""
+    enc = getattr(sender, SENDER_ENCODER, None)
+    rate = getattr(enc, "target_bitrate", None)
+    return None if rate is None else int(rate)
+
+
+def receiver_bitrate_estimate_bps(receiver: Any) -> int | None:
+    """The receive-side bandwidth estimate for the incoming stream; None until it is initialised."""
+    est = getattr(receiver, RECEIVER_ESTIMATOR, None)
+    rc = getattr(est, "rate_control", None)
+    if rc is None or not getattr(rc, "current_bitrate_initialized", False):
+        return None
+    return int(rc.current_bitrate)

@@ -1,0 +1,62 @@
+"""The private aiortc state the adapter reads still exists (fails loudly when aiortc changes)."""
+
+from __future__ import annotations
+
+import aiortc
+import pytest
+
+from streams.aiortc_adapter import (
+    AiortcInternalsError,
+    check_internals,
+    receiver_bitrate_estimate_bps,
+    sender_rtt_ms,
+    sender_target_bitrate_bps,
+)
+
+
+async def test_internals_are_where_the_adapter_reads_them() -> None:
+    assert aiortc.__version__ == "1.16.0", "the adapter was checked against aiortc 1.16.0; re-check it"
+    pc = aiortc.RTCPeerConnection()
+    try:
+        transceiver = pc.addTransceiver("video", direction="sendrecv")
+        check_internals(transceiver.sender, transceiver.receiver)
+        # fresh objects: nothing measured yet
+        assert sender_rtt_ms(transceiver.sender) is None
+        assert sender_target_bitrate_bps(transceiver.sender) is None
+        assert receiver_bitrate_estimate_bps(transceiver.receiver) is None
+    finally:
+        await pc.close()
+
+
+def test_missing_internals_are_named() -> None:
+    class Sender:
+        pass
+
+    class Receiver:
+        pass
+
+    with pytest.raises(AiortcInternalsError, match=r"RTCRtpSender._RTCRtpSender__rtt.*RTCRtpReceiver"):
+        check_internals(Sender(), Receiver())
+
+
+def test_values_are_converted() -> None:
+    class RateControl:
+        current_bitrate = 400_000
+        current_bitrate_initialized = True
+
+    class Estimator:
+        rate_control = RateControl()
+
+    class Encoder:
+        target_bitrate = 500_000
+
+    class Sender:
+        _RTCRtpSender__rtt = 0.066
+        _RTCRtpSender__encoder = Encoder()
+
+    class Receiver:
+        _RTCRtpReceiver__remote_bitrate_estimator = Estimator()
+
+    assert sender_rtt_ms(Sender()) == pytest.approx(66.0)
+    assert sender_target_bitrate_bps(Sender()) == 500_000
+    assert receiver_bitrate_estimate_bps(Receiver()) == 400_000
