@@ -13,10 +13,6 @@ from models.errors import ModelError
 log = logging.getLogger("edge_app")
 
 
-def _load(path: Path) -> AppConfig:
-    return load_config(path)
-
-
 def _runtime(cfg: AppConfig, threads: int | None = None):  # type: ignore[no-untyped-def]
     from models.runtime import ModelRuntime
 
@@ -30,7 +26,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from edge_app.server import create_app
 
-    cfg = _load(args.config)
+    cfg = load_config(args.config)
     host = args.host or cfg.server.host
     port = cfg.server.port if args.port is None else args.port
     rt = _runtime(cfg)
@@ -43,7 +39,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_bench_model(args: argparse.Namespace) -> int:
     from edge_app.bench import bench_model, format_table
 
-    cfg = _load(args.config)
+    cfg = load_config(args.config)
     rt = _runtime(cfg, args.threads)
     print(f"model {rt.manifest.name} from {rt.folder} on {rt.providers}, "
           f"intra-op threads {args.threads if args.threads is not None else cfg.model.threads} (0 = default), "
@@ -73,7 +69,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _model_dir(args: argparse.Namespace) -> Path:
-    return args.model if args.model is not None else _load(args.config).model_path
+    return args.model if args.model is not None else load_config(args.config).model_path
 
 
 def cmd_fit_policy(args: argparse.Namespace) -> int:

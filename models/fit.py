@@ -15,7 +15,6 @@ cost normalised by full depth.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -218,6 +217,3 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         raise PolicyError(f"{path} was fitted on other calibration traces than the model's; refit it")
     return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)))
 
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -14,6 +14,7 @@ early-exit literature.  Decisions are table look-ups and a few comparisons.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -89,16 +90,7 @@ class ConfidenceThreshold:
     name: str = "confidence"
 
     def start(self, horizon: int) -> PolicyRun:
-        return _ConfidenceRun(horizon, self.threshold)
-
-
-class _ConfidenceRun(_LastRun):
-    def __init__(self, horizon: int, threshold: float) -> None:
-        super().__init__(horizon)
-        self.threshold = threshold
-
-    def observe(self, probs: np.ndarray) -> bool:
-        return self._at_horizon() or float(probs.max()) >= self.threshold
+        return _ThresholdRun(horizon, lambda p: float(p.max()) >= self.threshold)
 
 
 @dataclass(frozen=True)
@@ -109,7 +101,7 @@ class EntropyThreshold:
     name: str = "entropy"
 
     def start(self, horizon: int) -> PolicyRun:
-        return _EntropyRun(horizon, self.threshold)
+        return _ThresholdRun(horizon, lambda p: normalised_entropy(p) <= self.threshold)
 
 
 def normalised_entropy(probs: np.ndarray) -> float:
@@ -117,13 +109,15 @@ def normalised_entropy(probs: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum() / math.log(len(probs)))
 
 
-class _EntropyRun(_LastRun):
-    def __init__(self, horizon: int, threshold: float) -> None:
+class _ThresholdRun(_LastRun):
+    """Stop at the first exit whose softmax satisfies ``confident`` (or at the horizon)."""
+
+    def __init__(self, horizon: int, confident: Callable[[np.ndarray], bool]) -> None:
         super().__init__(horizon)
-        self.threshold = threshold
+        self.confident = confident
 
     def observe(self, probs: np.ndarray) -> bool:
-        return self._at_horizon() or normalised_entropy(probs) <= self.threshold
+        return self._at_horizon() or self.confident(probs)
 
 
 @dataclass(frozen=True)

@@ -26,31 +26,41 @@ class NetworkEstimate:
     bitrate_from_prior: bool
 
 
+class _Ewma:
+    """Exponentially weighted mean; ``None`` until the first sample."""
+
+    def __init__(self, alpha: float) -> None:
+        if not 0 < alpha <= 1:
+            raise ValueError("alpha must be in (0, 1]")
+        self.alpha = alpha
+        self.value: float | None = None
+
+    def add(self, v: float) -> None:
+        self.value = v if self.value is None else self.alpha * v + (1 - self.alpha) * self.value
+
+
 class RttEstimator:
     def __init__(self, prior_ms: float, alpha: float = 0.3, window: int = 16, lookahead_s: float = 1.0,
                  min_ms: float = 0.1, max_ms: float = 10_000.0) -> None:
-        if not 0 < alpha <= 1:
-            raise ValueError("alpha must be in (0, 1]")
         self.prior_ms = prior_ms
-        self.alpha = alpha
+        self._ewma = _Ewma(alpha)
         self.lookahead_s = lookahead_s
         self.min_ms, self.max_ms = min_ms, max_ms
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
-        self._ewma: float | None = None
 
     def add(self, t_s: float, rtt_ms: float) -> None:
         """A new sample at time ``t_s`` (seconds, monotonic). Samples outside [min_ms, max_ms] are clamped."""
         v = min(max(rtt_ms, self.min_ms), self.max_ms)
         self._samples.append((t_s, v))
-        self._ewma = v if self._ewma is None else self.alpha * v + (1 - self.alpha) * self._ewma
+        self._ewma.add(v)
 
     @property
     def has_samples(self) -> bool:
-        return self._ewma is not None
+        return self._ewma.value is not None
 
     @property
     def smoothed_ms(self) -> float:
-        return self.prior_ms if self._ewma is None else self._ewma
+        return self.prior_ms if self._ewma.value is None else self._ewma.value
 
     @property
     def trend_ms_per_s(self) -> float:
@@ -69,21 +79,19 @@ class RttEstimator:
 class BitrateEstimator:
     def __init__(self, prior_bps: float, alpha: float = 0.3, min_bps: float = 10_000.0) -> None:
         self.prior_bps = prior_bps
-        self.alpha = alpha
         self.min_bps = min_bps
-        self._ewma: float | None = None
+        self._ewma = _Ewma(alpha)
 
     def add(self, bps: float) -> None:
-        v = max(bps, self.min_bps)
-        self._ewma = v if self._ewma is None else self.alpha * v + (1 - self.alpha) * self._ewma
+        self._ewma.add(max(bps, self.min_bps))
 
     @property
     def has_samples(self) -> bool:
-        return self._ewma is not None
+        return self._ewma.value is not None
 
     @property
     def estimate_bps(self) -> float:
-        return self.prior_bps if self._ewma is None else self._ewma
+        return self.prior_bps if self._ewma.value is None else self._ewma.value
 
 
 def snapshot(rtt: RttEstimator, bitrate: BitrateEstimator) -> NetworkEstimate:
