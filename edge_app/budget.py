@@ -43,3 +43,13 @@ def horizon(compute_ms: float, predicted_cost_ms: Sequence[float]) -> int:
         spent += c
         k += 1
     return max(1, k)
+
+
+def expected_frame_bytes(bitrate_bps: float, fps: float) -> float:
+    """Average size of one encoded frame when the encoder holds ``bitrate_bps`` at ``fps`` frames a second."""
+    return bitrate_bps / 8.0 / max(fps, 1.0)
+
+
+def worst_network(network_ms: Sequence[float]) -> int | None:
+    """Index of the viewer whose network costs most (a camera's budget must suit all its viewers)."""
+    return max(range(len(network_ms)), key=network_ms.__getitem__) if network_ms else None

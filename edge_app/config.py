@@ -35,6 +35,10 @@ class ServerConfig(_Section):
     port: int = Field(8080, ge=0, le=65535, description="TCP port (0 picks a free one)")
     ice_servers: list[IceServer] = Field(default_factory=list,
                                          description="STUN/TURN servers; empty: no public server is contacted")
+    ice_host_addresses: list[str] = Field(default_factory=list,
+                                          description="local addresses offered as ICE host candidates; empty: all "
+                                                      "of the machine's (aioice's default, which leaves out "
+                                                      "127.0.0.1); [\"127.0.0.1\"] for a browser on this machine")
     max_sessions: int = Field(4, ge=1, le=256, description="concurrent peer sessions")
     shutdown_timeout_s: float = Field(5.0, gt=0, le=120, description="bounded time to close peers on shutdown")
 
@@ -44,6 +48,7 @@ class ModelConfig(_Section):
     providers: list[Literal["cuda", "cpu"]] = Field(["cuda", "cpu"], min_length=1,
                                                      description="ONNX Runtime providers in order of preference")
     threads: int = Field(1, ge=0, le=256, description="intra-op threads (0: ONNX Runtime's default)")
+    workers: int = Field(1, ge=1, le=64, description="inference threads shared by all sessions and cameras")
     warmup_runs: int = Field(3, ge=0, le=100, description="blank frames run at load")
     cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
 
@@ -74,6 +79,10 @@ class CameraConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="what browsers ask for")
     url: str = Field(description="rtsp:// URL of the camera")
     transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport")
+    open_timeout_s: float = Field(5.0, gt=0, le=120, description="give up opening the stream after this long")
+    read_timeout_s: float = Field(5.0, gt=0, le=120, description="a camera silent this long is reconnected")
+    backoff_initial_s: float = Field(0.5, gt=0, le=60, description="first wait before reconnecting")
+    backoff_max_s: float = Field(10.0, gt=0, le=600, description="longest wait between reconnects")
 
     @field_validator("url")
     @classmethod

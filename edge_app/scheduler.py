@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_app.budget import horizon as exits_that_fit
+from edge_app.config import PolicyConfig
 from edge_app.smoothing import depth_window
-from models.policies import ExitPolicy
+from models.fit import build_policy, fit_chain, lam_for_target, load_policy
+from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, ExitPolicy, FixedExit, Patience
 from models.runtime import ExitResult, ModelRuntime
 
 
@@ -30,7 +32,8 @@ class FrameDecision:
     predicted_ms: float  # predicted cost of the exits that ran
     actual_ms: float  # measured time of the exits that ran
     compute_budget_ms: float
-    deadline_met: bool
+    deadline_met: bool  # the compute fitted its budget
+    segments_ms: tuple[float, ...] = ()  # measured time of each segment that ran
 
 
 class FrameScheduler:
@@ -61,4 +64,30 @@ class FrameScheduler:
         choice = decide.choice
         self._previous_exits_run = ran
         return FrameDecision(choice, ran, hi, run.results[choice], float(sum(predicted[:ran])), actual,
-                             compute_budget_ms, actual <= compute_budget_ms)
+                             compute_budget_ms, actual <= compute_budget_ms,
+                             tuple(r.segment_ms for r in run.results))
+
+
+def policy_from_config(cfg: PolicyConfig, runtime: ModelRuntime) -> ExitPolicy:
+    """The exit policy ``[policy]`` asks for; the dynamic index comes from the model's ``policy.json``,
+    refitted in memory on the model's calibration traces when ``lam`` or ``target_accuracy`` is set."""
+    n = runtime.num_exits
+    if cfg.kind == "fixed":
+        return FixedExit(min(cfg.fixed_exit, n))
+    if cfg.kind == "confidence":
+        return ConfidenceThreshold(cfg.threshold)
+    if cfg.kind == "entropy":
+        return EntropyThreshold(1 - cfg.threshold)
+    if cfg.kind == "patience":
+        return Patience(1)
+    if cfg.kind == "budget-greedy":
+        return BudgetGreedy()
+    folder, manifest = runtime.folder, runtime.manifest
+    if cfg.lam is None and cfg.target_accuracy is None:
+        return load_policy(folder, n, manifest.traces["calibration"].sha256)
+    from edge_app.policy_cmds import load_traces, saved_loss_kind
+
+    probs, labels = load_traces(folder, manifest, "calibration")
+    chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=saved_loss_kind(folder))
+    lam = cfg.lam if cfg.lam is not None else lam_for_target(chain, probs, labels, cfg.target_accuracy or 1.0)[0]
+    return build_policy(chain, lam)

@@ -1,4 +1,10 @@
-"""The HTTP side of ``edge-app serve``: ``create_app(config, runtime) -> web.Application``."""
+"""The HTTP side of ``edge-app serve``: ``create_app(config, runtime) -> web.Application``.
+
+Routes: ``/`` (the browser client), ``POST /offer`` (WebRTC signalling, JSON
+``{"sdp", "type": "offer", "camera"?, "probe"?}`` answered in the same shape
+plus ``"session"``), ``/healthz``, ``/status`` (JSON), ``/metrics``
+(Prometheus) and ``/static/``.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiortc import RTCSessionDescription
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edge_app.config import AppConfig
+from edge_app.hub import Hub, OfferRefused
+from edge_app.metrics import Metrics
 from models.runtime import ModelRuntime
+from streams.ice import restrict_host_addresses
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +30,23 @@ STATIC_DIR = Path(__file__).parent / "static"
 CONFIG_KEY = web.AppKey("config", AppConfig)
 RUNTIME_KEY = web.AppKey("runtime", ModelRuntime)
 STARTED_KEY = web.AppKey("started", float)
+HUB_KEY = web.AppKey("hub", Hub)
+METRICS_KEY = web.AppKey("metrics", Metrics)
+MAX_OFFER_BYTES = 64 * 1024
+
+
+class Offer(BaseModel):
+    """The body of ``POST /offer``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    sdp: str = Field(min_length=1, max_length=MAX_OFFER_BYTES)
+    type: str = Field(pattern="^offer$")
+    camera: str | None = Field(None, max_length=64, description="watch this configured camera")
+    probe: bool = Field(False, description="read the frame counter stamped in the left margin of each frame")
+
+
+def json_error(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status)
 
 
 def model_status(rt: ModelRuntime) -> dict[str, Any]:
@@ -54,9 +83,48 @@ async def status(request: web.Request) -> web.Response:
         "model": model_status(app[RUNTIME_KEY]),
         "policy": cfg.policy.model_dump(mode="json"),
         "budget": cfg.budget.model_dump(mode="json"),
-        "cameras": [{"name": c.name, "transport": c.transport} for c in cfg.cameras],
-        "sessions": [],
+        "limits": {"max_sessions": cfg.server.max_sessions},
+        **app[HUB_KEY].status(),
     })
+
+
+async def offer(request: web.Request) -> web.Response:
+    metrics = request.app[METRICS_KEY]
+    if request.content_type != "application/json":
+        metrics.offers.labels("bad-request").inc()
+        return json_error(415, f"Content-Type must be application/json, not {request.content_type!r}")
+    try:
+        raw = await request.json()
+        body = Offer.model_validate(raw)
+    except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError are both ValueErrors
+        metrics.offers.labels("bad-request").inc()
+        reason = exc.errors(include_url=False) if isinstance(exc, ValidationError) else f"body is not JSON: {exc}"
+        return web.json_response({"error": "invalid offer", "details": reason}, status=400)
+    try:
+        session, answer = await request.app[HUB_KEY].create_session(
+            RTCSessionDescription(sdp=body.sdp, type=body.type), body.camera, body.probe)
+    except OfferRefused as exc:
+        metrics.offers.labels(f"refused-{exc.status}").inc()
+        return json_error(exc.status, exc.reason)
+    metrics.offers.labels("answered").inc()
+    return web.json_response({"sdp": answer.sdp, "type": answer.type, "session": session.id})
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    body = request.app[METRICS_KEY].exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _start_hub(app: web.Application) -> None:
+    hosts = app[CONFIG_KEY].server.ice_host_addresses
+    if hosts:
+        restrict_host_addresses(hosts)
+        log.info("ICE host candidates restricted to %s", hosts)
+    await app[HUB_KEY].start()
+
+
+async def _stop_hub(app: web.Application) -> None:
+    await app[HUB_KEY].stop()
 
 
 def create_app(config: AppConfig, runtime: ModelRuntime) -> web.Application:
@@ -64,8 +132,15 @@ def create_app(config: AppConfig, runtime: ModelRuntime) -> web.Application:
     app[CONFIG_KEY] = config
     app[RUNTIME_KEY] = runtime
     app[STARTED_KEY] = time.monotonic()
+    metrics = Metrics(runtime.manifest.name, runtime.providers, runtime.num_exits)
+    app[METRICS_KEY] = metrics
+    app[HUB_KEY] = Hub(config, runtime, metrics)
+    app.on_startup.append(_start_hub)
+    app.on_shutdown.append(_stop_hub)
     app.router.add_get("/", index)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/status", status)
+    app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_post("/offer", offer)
     app.router.add_static("/static/", STATIC_DIR)
     return app

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from edge_app.config import AppConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "default"
@@ -41,3 +47,70 @@ def tiny_model_folder(tiny_checkpoint: Path, demo_data_dir: Path, tmp_path_facto
     out = tmp_path_factory.mktemp("model") / "tiny"
     export_checkpoint(tiny_checkpoint, demo_data_dir, out)
     return out
+
+
+# --- live app and labelled test video ------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def demo_test_split() -> tuple[np.ndarray, np.ndarray]:
+    """Frames and labels from the demo recipe's test split (the default model never saw these digits or photos)."""
+    pytest.importorskip("skimage", reason="the demo recipe needs the train extra (scikit-image)")
+    from exporter.demo_data import fetch_mnist, load_digits, make_split
+
+    split = make_split("test", 300, load_digits(fetch_mnist(MNIST_CACHE)), seed=0)
+    return split.images, split.labels
+
+
+def _toml_table(header: str, values: dict[str, object]) -> str:
+    return f"{header}\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+
+
+@pytest.fixture
+def app_config(tmp_path: Path) -> Callable[..., AppConfig]:
+    """make(cameras=[...], section={key: value}, ...) -> the AppConfig of a config.toml written to tmp_path:
+    the default model, loopback ICE, and the given overrides (the real loader validates them)."""
+    from edge_app.config import load_config
+
+    def make(cameras: list[dict[str, object]] | None = None, **sections: dict[str, object]) -> AppConfig:
+        merged: dict[str, dict[str, object]] = {
+            "model": {"path": str(DEFAULT_MODEL), "warmup_runs": 1},
+            "server": {"ice_host_addresses": ["127.0.0.1"]},
+        }
+        for name, values in sections.items():
+            merged[name] = {**merged.get(name, {}), **values}
+        text = "".join(_toml_table(f"[{n}]", v) for n, v in merged.items())
+        text += "".join(_toml_table("[[cameras]]", c) for c in cameras or [])
+        path = tmp_path / "config.toml"
+        path.write_text(text)
+        return load_config(path)
+
+    return make
+
+
+@contextlib.asynccontextmanager
+async def running_app(cfg: AppConfig) -> AsyncIterator[str]:
+    """The real app on a free loopback port; yields its base URL and shuts it down (hub included)."""
+    from aiohttp import web
+
+    from edge_app.server import create_app
+    from models.runtime import ModelRuntime
+
+    rt = ModelRuntime.load(cfg.model_path, providers=cfg.model.providers, threads=cfg.model.threads,
+                           warmup=cfg.model.warmup_runs)
+    runner = web.AppRunner(create_app(cfg, rt))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+        from streams.ice import restrict_host_addresses
+
+        restrict_host_addresses(None)
+
+
+@pytest.fixture
+def serve() -> Callable[[AppConfig], contextlib.AbstractAsyncContextManager[str]]:
+    return running_app

@@ -1,0 +1,175 @@
+"""The app's live state: the inference pool, the cameras and their shared analyses, the peer sessions.
+
+``Hub.start()`` opens every configured camera and starts its analysis (a
+camera is analysed once, whoever watches); ``create_session`` answers a
+WebRTC offer; ``stop()`` closes everything within bounded time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateError, OperationError
+
+from edge_app.budget import send_time_ms, worst_network
+from edge_app.config import AppConfig
+from edge_app.metrics import Metrics
+from edge_app.pipeline import AnalysisPipeline, NetworkView
+from edge_app.scheduler import policy_from_config
+from edge_app.session import JSON_RESULT_BYTES, PeerSession
+from models.runtime import ModelRuntime
+from streams.frames import LatestSlot, SourceFrame
+from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.rtsp import Backoff, RtspCamera
+from streams.webrtc import TrackReader
+
+log = logging.getLogger(__name__)
+
+SDP_ERRORS = (ValueError, KeyError, IndexError, TypeError, InternalError, InvalidAccessError, InvalidStateError,
+              OperationError)
+
+
+class OfferRefused(Exception):
+    """An offer the hub will not answer; ``status`` is the HTTP status to reply with."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class Hub:
+    def __init__(self, config: AppConfig, runtime: ModelRuntime, metrics: Metrics) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.metrics = metrics
+        self.policy = policy_from_config(config.policy, runtime)
+        self.executor = ThreadPoolExecutor(config.model.workers, thread_name_prefix="inference")
+        self.cameras: dict[str, RtspCamera] = {}
+        self.camera_pipelines: dict[str, AnalysisPipeline] = {}
+        self.sessions: dict[str, PeerSession] = {}
+        b = config.budget
+        self._prior = NetworkView(snapshot(RttEstimator(b.rtt_prior_ms), BitrateEstimator(b.bitrate_prior_kbps * 1e3)),
+                                  JSON_RESULT_BYTES)
+        metrics.add_live_state(lambda: len(self.sessions), lambda: list(self.cameras.values()))
+
+    async def start(self) -> None:
+        for c in self.config.cameras:
+            cam = RtspCamera(c.name, c.url, c.transport, c.open_timeout_s, c.read_timeout_s,
+                             Backoff(c.backoff_initial_s, c.backoff_max_s))
+            cam.start()
+            assert cam.slot is not None
+            pipe = self._pipeline(c.name, c.name, cam.slot, lambda name=c.name: self.camera_network(name))
+            pipe.start()
+            self.cameras[c.name] = cam
+            self.camera_pipelines[c.name] = pipe
+        log.info("policy %s; %d camera(s) configured", self.policy.name, len(self.cameras))
+
+    def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], network: Any,
+                  probe: bool = False) -> AnalysisPipeline:
+        return AnalysisPipeline(source, metric_source, slot, self.runtime, self.policy, self.config.budget,
+                                self.executor, self.metrics, network, probe)
+
+    def camera_network(self, camera: str) -> NetworkView:
+        """A camera's budget must suit every viewer: the view of the one whose network costs most."""
+        views = [s.network_view() for s in self.sessions.values() if s.camera == camera]
+        costs = [v.estimate.rtt_ms + send_time_ms(v.frame_bytes, v.estimate.bitrate_bps) for v in views]
+        i = worst_network(costs)
+        return self._prior if i is None else views[i]
+
+    async def create_session(self, offer: RTCSessionDescription, camera: str | None, probe: bool
+                             ) -> tuple[PeerSession, RTCSessionDescription]:
+        if len(self.sessions) >= self.config.server.max_sessions:
+            raise OfferRefused(503, f"at capacity: {len(self.sessions)} sessions open "
+                                    f"([server] max_sessions = {self.config.server.max_sessions}); try again later")
+        if camera is not None and camera not in self.cameras:
+            raise OfferRefused(404, f"no camera named {camera!r}; configured cameras: {sorted(self.cameras)}")
+        ice = [RTCIceServer(s.urls, s.username, s.credential) for s in self.config.server.ice_servers]
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        sid = uuid.uuid4().hex[:12]
+        session = PeerSession(sid, pc, self.config.budget, self.runtime.class_names, camera, probe,
+                              self.metrics.results_dropped.inc, self._forget)
+
+        @pc.on("datachannel")
+        def on_datachannel(channel: Any) -> None:
+            session.attach_channel(channel)
+
+        @pc.on("track")
+        def on_track(track: Any) -> None:
+            if track.kind == "video" and camera is None and session.own_pipeline is None:
+                slot: LatestSlot[SourceFrame] = LatestSlot()
+                source = f"browser-{sid}"
+                session.reader = TrackReader(track, slot, source)
+                session.own_pipeline = self._pipeline(source, "browser", slot, session.network_view, probe)
+                session.watch(session.own_pipeline)
+                session.reader.start()
+                session.own_pipeline.start()
+            else:
+                session.drain(track)
+
+        @pc.on("connectionstatechange")
+        async def on_state() -> None:
+            log.info("session %s: connection %s", sid, pc.connectionState)
+            if pc.connectionState in ("failed", "closed"):
+                await session.close()
+
+        try:
+            await pc.setRemoteDescription(offer)
+            if camera is None and session.own_pipeline is None:
+                raise OfferRefused(400, "the offer sends no video track and names no camera: nothing to analyse "
+                                        "(add a video track, or ask for one of the configured cameras)")
+            if camera is not None:
+                session.watch(self.camera_pipelines[camera])
+            if any(t.kind == "video" for t in pc.getTransceivers()):
+                session.attach_outbound()
+            await pc.setLocalDescription(await pc.createAnswer())
+        except OfferRefused:
+            await session.close()
+            raise
+        except SDP_ERRORS as exc:
+            await session.close()
+            raise OfferRefused(400, f"cannot use this SDP offer: {exc}") from exc
+        self.sessions[sid] = session
+        session.start()
+        log.info("session %s: %s, camera %s", sid, "analysing the browser's camera" if camera is None else "watching",
+                 camera)
+        return session, pc.localDescription
+
+    async def _forget(self, session: PeerSession) -> None:
+        self.sessions.pop(session.id, None)
+
+    async def stop(self) -> None:
+        timeout = self.config.server.shutdown_timeout_s
+        closers = [s.close() for s in list(self.sessions.values())]
+        closers += [p.stop() for p in self.camera_pipelines.values()]
+        closers += [c.stop() for c in self.cameras.values()]
+        try:
+            await asyncio.wait_for(asyncio.gather(*closers, return_exceptions=True), timeout)
+        except TimeoutError:
+            log.warning("shutdown: peers and cameras did not all close within %.1f s", timeout)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "sessions": [s.status() for s in self.sessions.values()],
+            "cameras": [self._camera_status(name) for name in self.cameras],
+        }
+
+    def _camera_status(self, name: str) -> dict[str, Any]:
+        cam, pipe = self.cameras[name], self.camera_pipelines[name]
+        last = pipe.last
+        return {
+            "name": name, "state": cam.state, "transport": cam.transport, "frames": cam.frames,
+            "reconnects": cam.reconnects, "connects": cam.connects, "last_error": cam.last_error,
+            "resolution": cam.resolution, "frames_analysed": pipe.analysed, "frames_dropped_stale": pipe.slot.dropped,
+            "analysis_errors": pipe.errors, "deadline_misses": pipe.deadline_misses,
+            "viewers": sum(1 for s in self.sessions.values() if s.camera == name),
+            "last_result": None if last is None else {"label": self.runtime.class_names[last.smoothed_class],
+                                                      "confidence": round(last.smoothed_confidence, 3),
+                                                      "exit": last.exit},
+        }

@@ -1,0 +1,228 @@
+"""One browser peer: its RTCPeerConnection, what it sends and watches, its network estimate, its outputs.
+
+A session either analyses the browser's own camera (a video track in the
+offer, no ``camera`` asked for) or watches a configured camera's shared
+analysis.  Either way it gets the annotated video on its outbound track
+(when its offer has a video m-line) and one JSON result per frame on the
+data channel the browser opened (when it opened one).
+
+Network estimate: RTT from the RTCP receiver reports on the video we send
+back (``streams.aiortc_adapter``), or, for a data-channel-only peer, from
+ping/pong messages on the channel; bitrate from the REMB-driven encoder
+target.  Until the first sample the configured priors are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpSender
+from aiortc.mediastreams import MediaStreamError
+
+from edge_app.budget import expected_frame_bytes
+from edge_app.config import BudgetConfig
+from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
+from streams.aiortc_adapter import receiver_bitrate_estimate_bps, sender_rtt_ms, sender_target_bitrate_bps
+from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.webrtc import OutboundVideoTrack, TrackReader
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # how often the RTCP-derived estimates are read
+PING_S = 1.0  # data-channel ping interval
+MAX_BUFFERED_BYTES = 256 * 1024  # results beyond this are dropped (and counted), not queued
+MAX_MESSAGE_BYTES = 4096  # the client sends only small control messages
+JSON_RESULT_BYTES = 1200.0  # what one result costs on the wire, for data-channel-only viewers
+
+
+class PeerSession:
+    def __init__(self, sid: str, pc: RTCPeerConnection, budget: BudgetConfig, class_names: list[str],
+                 camera: str | None, probe: bool, on_result_dropped: Callable[[], None],
+                 on_closed: Callable[[PeerSession], Awaitable[None]]) -> None:
+        self.id = sid
+        self.pc = pc
+        self.camera = camera
+        self.probe = probe
+        self.class_names = class_names
+        self.created_s = time.monotonic()
+        self.rtt = RttEstimator(budget.rtt_prior_ms)
+        self.bitrate = BitrateEstimator(budget.bitrate_prior_kbps * 1e3)
+        self.rtt_source = "prior"
+        self.receive_estimate_bps: int | None = None
+        self.outbound: OutboundVideoTrack | None = None
+        self.video_sender: RTCRtpSender | None = None
+        self.channel: RTCDataChannel | None = None
+        self.own_pipeline: AnalysisPipeline | None = None  # analyses this browser's camera
+        self.reader: TrackReader | None = None  # feeds own_pipeline
+        self.watched: AnalysisPipeline | None = None  # the pipeline whose output this session gets
+        self.results_sent = 0
+        self.bad_messages = 0
+        self._fps = 0.0
+        self._sent_at_poll = (self.created_s, 0)
+        self._last_rtcp_rtt: float | None = None
+        self._pings: dict[int, float] = {}
+        self._ping_id = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._on_result_dropped = on_result_dropped
+        self._on_closed = on_closed
+        self._closing = False
+
+    # --- wiring --------------------------------------------------------------------------------------------
+
+    def watch(self, pipeline: AnalysisPipeline) -> None:
+        self.watched = pipeline
+        pipeline.outputs.subscribe(self._on_output)
+
+    def attach_outbound(self) -> None:
+        """Send annotated video on the offer's video m-line (aiortc reuses the offered transceiver)."""
+        self.outbound = OutboundVideoTrack()
+        self.video_sender = self.pc.addTrack(self.outbound)
+
+    def attach_channel(self, channel: RTCDataChannel) -> None:
+        self.channel = channel
+        channel.on("message", self._on_message)
+
+    def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._poll_network(), name=f"netpoll-{self.id}"))
+
+    def drain(self, track: Any) -> None:
+        """Consume a track we do not analyse (audio, or video from a camera watcher) so aiortc's queue stays empty."""
+        async def pull() -> None:
+            with contextlib.suppress(MediaStreamError):
+                while True:
+                    await track.recv()
+
+        self._tasks.append(asyncio.create_task(pull(), name=f"drain-{self.id}-{track.kind}"))
+
+    # --- outputs -------------------------------------------------------------------------------------------
+
+    def _on_output(self, af: AnalysedFrame) -> None:
+        if self.outbound is not None:
+            self.outbound.offer(af.video_frame())
+        ch = self.channel
+        if ch is None:
+            return
+        if ch.readyState != "open" or ch.bufferedAmount > MAX_BUFFERED_BYTES:
+            self._on_result_dropped()
+            return
+        msg = af.result.to_json(self.class_names)
+        msg["session"] = self.id
+        msg["rtt_source"] = self.rtt_source
+        msg["receive_estimate_bps"] = self.receive_estimate_bps
+        ch.send(json.dumps(msg, separators=(",", ":")))
+        self.results_sent += 1
+
+    def _on_message(self, message: object) -> None:
+        if not isinstance(message, str) or len(message) > MAX_MESSAGE_BYTES:
+            self._reject("messages must be JSON text under 4 KiB")
+            return
+        try:
+            msg = json.loads(message)
+        except ValueError:
+            self._reject("not JSON")
+            return
+        kind = msg.get("type") if isinstance(msg, dict) else None
+        if kind == "pong" and isinstance(msg.get("id"), int):
+            sent = self._pings.pop(msg["id"], None)
+            if sent is not None and self.video_sender is None:  # with video, RTCP gives the RTT
+                now = time.monotonic()
+                self.rtt.add(now, (now - sent) * 1e3)
+                self.rtt_source = "datachannel"
+        elif kind == "ping":
+            self._send({"type": "pong", "id": msg.get("id")})
+        else:
+            self._reject(f"unknown message type {kind!r}; expected 'ping' or 'pong'")
+
+    def _reject(self, reason: str) -> None:
+        self.bad_messages += 1
+        log.info("session %s: bad data-channel message: %s", self.id, reason)
+        self._send({"type": "error", "reason": reason})
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        if self.channel is not None and self.channel.readyState == "open":
+            self.channel.send(json.dumps(msg))
+
+    # --- network estimate -----------------------------------------------------------------------------------
+
+    def network_view(self) -> NetworkView:
+        est = snapshot(self.rtt, self.bitrate)
+        frame_bytes = (expected_frame_bytes(est.bitrate_bps, self._fps or 30.0) if self.outbound is not None
+                       else JSON_RESULT_BYTES)
+        return NetworkView(est, frame_bytes)
+
+    async def _poll_network(self) -> None:
+        last_ping = 0.0
+        while True:
+            await asyncio.sleep(POLL_S)
+            now = time.monotonic()
+            if self.video_sender is not None:
+                rtt = sender_rtt_ms(self.video_sender)
+                if rtt is not None and rtt != self._last_rtcp_rtt:  # a new receiver report
+                    self._last_rtcp_rtt = rtt
+                    self.rtt.add(now, rtt)
+                    self.rtt_source = "rtcp"
+                target = sender_target_bitrate_bps(self.video_sender)
+                if target is not None:
+                    self.bitrate.add(target)
+            for t in self.pc.getTransceivers():
+                if t.kind == "video" and t.receiver.track is not None:
+                    self.receive_estimate_bps = receiver_bitrate_estimate_bps(t.receiver)
+            if self.outbound is not None:
+                t0, n0 = self._sent_at_poll
+                fps = (self.outbound.sent - n0) / max(now - t0, 1e-3)
+                self._fps = fps if self._fps == 0 else 0.7 * self._fps + 0.3 * fps
+                self._sent_at_poll = (now, self.outbound.sent)
+            if now - last_ping >= PING_S and self.channel is not None and self.channel.readyState == "open":
+                last_ping = now
+                self._ping_id += 1
+                self._pings = {k: v for k, v in self._pings.items() if now - v < 10}  # lost pings are forgotten
+                self._pings[self._ping_id] = now
+                self._send({"type": "ping", "id": self._ping_id})
+
+    # --- status and shutdown -------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        est = snapshot(self.rtt, self.bitrate)
+        return {
+            "id": self.id,
+            "state": self.pc.connectionState,
+            "camera": self.camera,
+            "sends_video": self.own_pipeline is not None,
+            "receives_video": self.outbound is not None,
+            "data_channel": self.channel.readyState if self.channel is not None else None,
+            "age_s": round(time.monotonic() - self.created_s, 1),
+            "rtt_ms": round(est.rtt_ms, 2),
+            "rtt_source": self.rtt_source,
+            "bitrate_bps": round(est.bitrate_bps),
+            "receive_estimate_bps": self.receive_estimate_bps,
+            "results_sent": self.results_sent,
+            "video_frames_sent": self.outbound.sent if self.outbound else 0,
+            "video_frames_dropped": self.outbound.dropped if self.outbound else 0,
+            "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
+            "frames_dropped_stale": self.own_pipeline.slot.dropped if self.own_pipeline else None,
+            "bad_messages": self.bad_messages,
+        }
+
+    async def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        if self.watched is not None:
+            self.watched.outputs.unsubscribe(self._on_output)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.reader is not None:
+            await self.reader.stop()
+        if self.own_pipeline is not None:
+            await self.own_pipeline.stop()
+        if self.outbound is not None:
+            self.outbound.stop()
+        await self.pc.close()
+        await self._on_closed(self)

@@ -1,0 +1,127 @@
+"""RTSP camera ingest with PyAV: one decoder thread per camera, latest frame only, reconnect with backoff.
+
+``RtspCamera.start()`` starts a thread that opens the camera with PyAV
+(``rtsp_transport`` tcp or udp, open and read timeouts so a stalled camera
+is noticed), decodes video, and ``put``s every frame into the camera's
+``LatestSlot`` on the event loop.  When the camera is not there yet, drops,
+stalls or ends, the thread logs it, waits (capped exponential backoff:
+``backoff_initial_s`` doubling up to ``backoff_max_s``, reset once frames
+flow again) and reconnects, until ``await stop()``.  ``state``,
+``reconnects``, ``frames`` and ``last_error`` are read by the status
+endpoint and the metrics.
+
+aiortc's ``MediaPlayer`` is not used: it does not reconnect and its queue is
+unbounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import av
+
+from streams.frames import LatestSlot, SourceFrame
+
+log = logging.getLogger(__name__)
+
+CameraState = Literal["connecting", "streaming", "backoff", "stopped"]
+STATES: tuple[CameraState, ...] = ("connecting", "streaming", "backoff", "stopped")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial_s: float = 0.5
+    max_s: float = 10.0
+
+    def delay_s(self, failures: int) -> float:
+        """Wait before reconnect number ``failures`` (1-based): initial, 2x, 4x, ... capped at max."""
+        return float(min(self.max_s, self.initial_s * 2 ** max(0, failures - 1)))
+
+
+class RtspCamera:
+    def __init__(self, name: str, url: str, transport: str = "tcp", open_timeout_s: float = 5.0,
+                 read_timeout_s: float = 5.0, backoff: Backoff | None = None) -> None:
+        self.name = name
+        self.url = url
+        self.transport = transport
+        self.open_timeout_s = open_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.backoff = backoff or Backoff()
+        self.state: CameraState = "stopped"
+        self.frames = 0
+        self.reconnects = 0  # connection attempts after the first
+        self.connects = 0  # times frames started to flow
+        self.last_error: str | None = None
+        self.resolution: tuple[int, int] | None = None  # (width, height) of the last frame
+        self.slot: LatestSlot[SourceFrame] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the reader thread; frames go to ``self.slot`` (created here, on the running loop)."""
+        self.slot = LatestSlot()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"rtsp-{self.name}", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, self.read_timeout_s + self.open_timeout_s + 1)
+            if self._thread.is_alive():
+                log.warning("camera %s: reader thread did not stop in time", self.name)
+            self._thread = None
+        if self.slot is not None:
+            self.slot.close()
+        self.state = "stopped"
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            if failures:
+                self.reconnects += 1
+            self.state = "connecting"
+            log.info("camera %s: connecting to %s (%s)%s", self.name, self.url, self.transport,
+                     f", attempt {failures + 1}" if failures else "")
+            try:
+                if self._stream_once():
+                    failures = 0  # frames flowed: the next failure starts the backoff afresh
+                if self._stop.is_set():
+                    break
+                self.last_error = "stream ended"
+                log.warning("camera %s: stream ended; reconnecting", self.name)
+            except (av.FFmpegError, OSError) as exc:
+                self.last_error = str(exc)
+                log.warning("camera %s: %s", self.name, exc)
+            failures += 1
+            delay = self.backoff.delay_s(failures)
+            self.state = "backoff"
+            log.info("camera %s: retrying in %.1f s", self.name, delay)
+            self._stop.wait(delay)
+        self.state = "stopped"
+
+    def _stream_once(self) -> bool:
+        """Open, decode until the stream ends or stop is asked; True if any frame was decoded."""
+        options = {"rtsp_transport": self.transport, "fflags": "nobuffer", "flags": "low_delay"}
+        got_frame = False
+        with av.open(self.url, options=options, timeout=(self.open_timeout_s, self.read_timeout_s)) as container:
+            stream = container.streams.video[0]
+            for frame in container.decode(stream):
+                if self._stop.is_set():
+                    break
+                if not got_frame:
+                    got_frame = True
+                    self.connects += 1
+                    self.state = "streaming"
+                    self.last_error = None
+                    log.info("camera %s: streaming %dx%d", self.name, frame.width, frame.height)
+                self.resolution = (frame.width, frame.height)
+                assert self.slot is not None
+                self.slot.put_threadsafe(SourceFrame(frame, self.frames, time.monotonic(), self.name))
+                self.frames += 1
+        return got_frame

@@ -1,0 +1,101 @@
+"""WebRTC media edges: read a remote track with latest-frame semantics, send annotated frames back.
+
+* ``TrackReader`` pulls every frame from an aiortc remote track as soon as
+  aiortc has decoded it (so aiortc's own unbounded queue never grows) and
+  ``put``s it into a ``LatestSlot``: a slow analyser drops stale frames, it
+  never falls behind.
+* ``OutboundVideoTrack`` is the track we send: ``offer(frame)`` hands it the
+  newest annotated frame, ``recv()`` (called by aiortc's encoder loop) takes
+  the newest one, re-stamped on a 90 kHz clock.  Frames the encoder had no
+  time for are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fractions
+import logging
+import time
+from typing import Any
+
+import av
+from aiortc import MediaStreamTrack
+from aiortc.mediastreams import MediaStreamError
+
+from streams.frames import LatestSlot, SlotClosed, SourceFrame
+
+log = logging.getLogger(__name__)
+
+VIDEO_CLOCK_RATE = 90_000
+VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
+
+
+class TrackReader:
+    """Drains ``track`` into ``slot`` until the track ends; ``start()`` / ``await stop()``."""
+
+    def __init__(self, track: Any, slot: LatestSlot[SourceFrame], source: str) -> None:
+        self.track = track
+        self.slot = slot
+        self.source = source
+        self.received = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"track-reader-{self.source}")
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                frame = await self.track.recv()
+                self.slot.put(SourceFrame(frame, self.received, time.monotonic(), self.source))
+                self.received += 1
+        except MediaStreamError:
+            log.info("%s: the remote video track ended after %d frames", self.source, self.received)
+        finally:
+            self.slot.close()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.slot.close()
+
+
+class OutboundVideoTrack(MediaStreamTrack):
+    """The annotated video we send; fed with ``offer(frame)``, latest frame only."""
+
+    kind = "video"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slot: LatestSlot[av.VideoFrame] = LatestSlot()
+        self._t0: float | None = None
+        self.sent = 0
+
+    @property
+    def dropped(self) -> int:
+        return self._slot.dropped
+
+    def offer(self, frame: av.VideoFrame) -> None:
+        self._slot.put(frame)
+
+    async def recv(self) -> av.VideoFrame:
+        try:
+            frame = await self._slot.get()
+        except SlotClosed:
+            self.stop()
+            raise MediaStreamError from None
+        now = time.monotonic()
+        if self._t0 is None:
+            self._t0 = now
+        frame.pts = int((now - self._t0) * VIDEO_CLOCK_RATE)
+        frame.time_base = VIDEO_TIME_BASE
+        self.sent += 1
+        return frame
+
+    def stop(self) -> None:
+        self._slot.close()
+        super().stop()

@@ -1,0 +1,158 @@
+"""The real app, a real aiortc peer over loopback sockets, the real default model.
+
+The peer sends a labelled, stamped 640x480 video at 30 fps, receives the
+annotated video back and one JSON result per analysed frame on its data
+channel.  (The same path through headless Chromium is in test_browser.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fractions
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import av
+import numpy as np
+import pytest
+from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
+from aiortc.mediastreams import MediaStreamError
+
+from streams.stamp import read_stamp
+from streams.testvideo import LabelledVideo
+
+pytestmark = pytest.mark.slow
+
+
+class VideoFileTrack(VideoStreamTrack):
+    """Plays a LabelledVideo in a loop at 30 fps on aiortc's 90 kHz clock."""
+
+    def __init__(self, video: LabelledVideo) -> None:
+        super().__init__()
+        self.video = video
+        self.i = 0
+
+    async def recv(self) -> av.VideoFrame:
+        pts, time_base = await self.next_timestamp()
+        frame = av.VideoFrame.from_ndarray(self.video.frame(self.i % self.video.num_frames), format="rgb24")
+        frame.pts, frame.time_base = pts, time_base
+        self.i += 1
+        return frame
+
+
+async def connect(base_url: str, pc: RTCPeerConnection, **extra: Any) -> dict[str, Any]:
+    await pc.setLocalDescription(await pc.createOffer())
+    body = {"sdp": pc.localDescription.sdp, "type": pc.localDescription.type, **extra}
+    async with aiohttp.ClientSession() as http, http.post(f"{base_url}/offer", json=body) as r:
+        answer: dict[str, Any] = await r.json()
+        assert r.status == 200, answer
+    await pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
+    return answer
+
+
+def collect(pc: RTCPeerConnection, results: list[dict[str, Any]], frames: list[av.VideoFrame],
+            tasks: list[asyncio.Task[None]]) -> Any:
+    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
+
+    @channel.on("message")
+    def on_message(message: str) -> None:
+        msg = json.loads(message)
+        if msg["type"] == "ping":
+            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
+        elif msg["type"] == "result":
+            results.append(msg)
+
+    @pc.on("track")
+    def on_track(track: Any) -> None:
+        async def pull() -> None:
+            with contextlib.suppress(MediaStreamError):
+                while True:
+                    frames.append(await track.recv())
+
+        tasks.append(asyncio.create_task(pull()))
+
+    return channel
+
+
+async def test_browser_style_session_end_to_end(app_config: Callable[..., Any], serve: Any,
+                                                demo_test_split: tuple[np.ndarray, np.ndarray]) -> None:
+    images, labels = demo_test_split
+    video = LabelledVideo(images[:120], labels[:120], hold=4)
+    results: list[dict[str, Any]] = []
+    frames: list[av.VideoFrame] = []
+    tasks: list[asyncio.Task[None]] = []
+    async with serve(app_config()) as base:
+        pc = RTCPeerConnection()
+        try:
+            pc.addTrack(VideoFileTrack(video))
+            collect(pc, results, frames, tasks)
+            answer = await connect(base, pc, probe=True)
+            t_end = time.monotonic() + 30
+            while time.monotonic() < t_end:  # until RTCP has given an RTT and enough frames went through
+                await asyncio.sleep(0.25)
+                if len(results) >= 240 and results[-1]["rtt_source"] == "rtcp" and frames:
+                    break
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"{base}/status") as r:
+                    status = await r.json()
+                async with http.get(f"{base}/metrics") as r:
+                    metrics = await r.text()
+        finally:
+            await pc.close()
+            for t in tasks:
+                t.cancel()
+    assert results, "no result arrived on the data channel"
+    last = results[-1]
+    assert last["session"] == answer["session"]
+    assert last["rtt_source"] == "rtcp", "RTT should come from RTCP receiver reports within 30 s"
+    assert 0 < last["network"]["rtt_ms"] < 50, last["network"]
+    assert 250_000 <= last["network"]["bitrate_bps"] <= 1_500_000, "VP8 target within aiortc's clamp"
+    stamped = [r for r in results if r["stamp"] is not None]
+    assert len(stamped) >= 0.9 * len(results), "the frame counter should survive VP8 coding"
+    correct = [r["raw"]["class"] == video.label_of_stamp(r["stamp"]) for r in stamped]
+    accuracy = float(np.mean(correct))
+    exits = np.bincount([r["exit"] for r in results], minlength=4)[1:]
+    print(f"{len(results)} results, raw accuracy {accuracy:.3f} over {len(stamped)} stamped frames, "
+          f"exits {exits.tolist()}, latency p50 {np.median([r['latency_ms'] for r in results]):.1f} ms, "
+          f"RTT {last['network']['rtt_ms']:.2f} ms, bitrate {last['network']['bitrate_bps']:.0f}")
+    assert accuracy >= 0.8, f"results should match the video's labels at about the model's accuracy ({accuracy})"
+    assert all(r["deadline_met"] for r in results[-60:]), "loopback frames should be well within budget"
+    assert frames, "no annotated frame came back"
+    back = frames[-1].to_ndarray(format="rgb24")
+    assert back.shape == (480, 640, 3)
+    assert read_stamp(back) is not None, "the annotated frame is the analysed frame (stamp still there)"
+    assert status["sessions"][0]["rtt_source"] == "rtcp"
+    assert 'edge_frames_analysed_total{source="browser"}' in metrics
+    assert "edge_sessions 1.0" in metrics
+
+
+async def test_data_channel_only_watcher_needs_a_camera(app_config: Callable[..., Any], serve: Any) -> None:
+    async with serve(app_config()) as base:
+        pc = RTCPeerConnection()
+        try:
+            pc.createDataChannel("results")
+            await pc.setLocalDescription(await pc.createOffer())
+            body = {"sdp": pc.localDescription.sdp, "type": "offer"}
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{base}/offer", json=body) as r:
+                    assert r.status == 400
+                    assert "nothing to analyse" in (await r.json())["error"]
+                async with http.post(f"{base}/offer", json={**body, "camera": "nope"}) as r:
+                    assert r.status == 404 and "no camera named 'nope'" in (await r.json())["error"]
+                async with http.get(f"{base}/status") as r:
+                    assert (await r.json())["sessions"] == []
+        finally:
+            await pc.close()
+
+
+def test_stamp_survives_a_frame_round_trip() -> None:
+    video = LabelledVideo(np.zeros((3, 96, 96, 3), np.uint8), np.arange(3), hold=2)
+    for i in range(video.num_frames):
+        assert read_stamp(video.frame(i)) == i
+    f = av.VideoFrame.from_ndarray(video.frame(5), format="rgb24").reformat(format="yuv420p")
+    f.time_base = fractions.Fraction(1, 30)
+    assert read_stamp(f.to_ndarray(format="rgb24")) == 5
