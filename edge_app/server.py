@@ -84,6 +84,7 @@ async def status(request: web.Request) -> web.Response:
         "policy": cfg.policy.model_dump(mode="json"),
         "budget": cfg.budget.model_dump(mode="json"),
         "limits": {"max_sessions": cfg.server.max_sessions},
+        "ice_servers": [{"urls": s.urls} for s in cfg.server.ice_servers],  # credentials stay on the server
         **app[HUB_KEY].status(),
     })
 

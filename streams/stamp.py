@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-BITS = 16
+BITS = 14  # 16384 distinct frames: over 9 minutes at 30 fps before it wraps
 CELLS = BITS + 2
-_FRACTION_OF_WIDTH = 1 / 16  # stamp column width; the 4:3 margin outside the centre square is 1/8
+_FRACTION_OF_WIDTH = 1 / 12  # stamp column width; the 4:3 margin outside the centre square is 1/8
 
 
 def column_width(w: int) -> int:
@@ -47,7 +47,7 @@ def read_stamp(rgb: np.ndarray) -> int | None:
     cw, ch, rows = _cells(h, w)
     my, mx = ch // 4, cw // 4  # read the middle of each cell, away from coding artefacts at the edges
     levels = [float(rgb[y0 + my : y1 - my, mx : cw - mx].mean()) for y0, y1 in rows]
-    if any(60 < v < 195 for v in levels) or levels[0] < 128 or levels[-1] >= 128:
+    if any(85 < v < 170 for v in levels) or levels[0] < 128 or levels[-1] >= 128:
         return None
     value = 0
     for v in levels[1:-1]:

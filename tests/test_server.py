@@ -35,7 +35,7 @@ async def test_page_health_and_status(base_url: str) -> None:
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{base_url}/") as r:
             assert r.status == 200 and "edge-app" in await r.text()
-        async with http.get(f"{base_url}/static/status.js") as r:
+        async with http.get(f"{base_url}/static/app.js") as r:
             assert r.status == 200
         async with http.get(f"{base_url}/healthz") as r:
             assert (await r.json()) == {"ok": True}

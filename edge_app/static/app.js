@@ -1,0 +1,187 @@
+"use strict";
+// The browser client: share the camera (or pick a configured RTSP camera), connect over WebRTC,
+// show the annotated video that comes back and chart what the scheduler does, frame by frame.
+// window.edge holds the live state (the end-to-end tests read it).
+
+const $ = (id) => document.getElementById(id);
+const params = new URLSearchParams(location.search);
+const edge = window.edge = {
+  state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
+  exitCounts: [0, 0, 0], browserRttMs: null, framesDecoded: 0, videoFps: null, pc: null, channel: null,
+};
+const KEEP = 600;  // recent results kept for tests and the exit histogram
+
+const charts = {
+  exit: new LiveChart($("chart-exit"), { series: [{ name: "exit used", color: "#7c3aed" },
+    { name: "exits allowed", color: "#cbd5e1" }], min: 0, max: 3.2, step: true, windowS: 20,
+    markers: (vs) => vs[2] === 1 }),
+  conf: new LiveChart($("chart-conf"), { series: [{ name: "raw", color: "#94a3b8" },
+    { name: "smoothed", color: "#059669" }], min: 0, max: 1, unit: "", windowS: 20 }),
+  rtt: new LiveChart($("chart-rtt"), { series: [{ name: "server estimate", color: "#2563eb" },
+    { name: "browser", color: "#f59e0b" }], unit: "ms", windowS: 60 }),
+  rate: new LiveChart($("chart-rate"), { series: [{ name: "encoder target", color: "#0891b2" },
+    { name: "receive estimate", color: "#a3a3a3" }], unit: "bit/s", windowS: 60 }),
+  budget: new LiveChart($("chart-budget"), { series: [{ name: "compute budget", color: "#16a34a" },
+    { name: "compute used", color: "#dc2626" }, { name: "server latency", color: "#6b7280" }], unit: "ms",
+    windowS: 20 }),
+};
+
+function setState(s, detail) {
+  edge.state = s;
+  const pill = $("conn");
+  pill.textContent = detail ? `${s}: ${detail}` : s;
+  pill.className = "pill " + ({ connected: "ok", failed: "bad", error: "bad" }[s] || "");
+  $("connect").disabled = s === "connecting" || s === "connected";
+  $("disconnect").disabled = !(s === "connecting" || s === "connected");
+}
+
+async function loadStatus() {
+  const r = await fetch("/status");
+  if (!r.ok) throw new Error(`/status: HTTP ${r.status}`);
+  return r.json();
+}
+
+function fillSources(status) {
+  const sel = $("source"), keep = sel.value;
+  sel.replaceChildren(new Option("my camera (this browser)", ""),
+    ...status.cameras.map((c) => new Option(`camera ${c.name} (${c.state})`, c.name)));
+  if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
+  if (params.get("camera")) sel.value = params.get("camera");
+}
+
+function waitIceGathering(pc) {
+  if (pc.iceGatheringState === "complete") return Promise.resolve();
+  return new Promise((resolve) => {
+    const check = () => { if (pc.iceGatheringState === "complete") { pc.removeEventListener("icegatheringstatechange", check); resolve(); } };
+    pc.addEventListener("icegatheringstatechange", check);
+    setTimeout(resolve, 3000);  // host candidates only (no STUN by default): gathering is quick
+  });
+}
+
+async function connect() {
+  const camera = $("source").value || null;
+  setState("connecting");
+  edge.error = null;
+  try {
+    const status = await loadStatus();
+    const pc = edge.pc = new RTCPeerConnection({ iceServers: status.ice_servers || [] });
+    const channel = edge.channel = pc.createDataChannel("results", { ordered: false, maxRetransmits: 0 });
+    channel.onmessage = (e) => onMessage(channel, e.data);
+    pc.ontrack = (e) => { $("video").srcObject = e.streams[0] || new MediaStream([e.track]); };
+    pc.onconnectionstatechange = () => {
+      if (pc.connectionState === "connected") setState("connected", camera ? `watching ${camera}` : "your camera");
+      if (pc.connectionState === "failed") setState("failed", "the connection was lost");
+    };
+    if (camera === null) {
+      const stream = await navigator.mediaDevices.getUserMedia({
+        video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } }, audio: false });
+      for (const t of stream.getVideoTracks()) pc.addTrack(t, stream);
+      edge.localStream = stream;
+    } else {
+      pc.addTransceiver("video", { direction: "recvonly" });
+    }
+    await pc.setLocalDescription(await pc.createOffer());
+    await waitIceGathering(pc);
+    const r = await fetch("/offer", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ sdp: pc.localDescription.sdp, type: "offer", camera, probe: params.has("probe") }) });
+    const answer = await r.json();
+    if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
+    edge.session = answer.session;
+    await pc.setRemoteDescription({ sdp: answer.sdp, type: answer.type });
+  } catch (err) {
+    edge.error = String(err.message || err);
+    setState("error", edge.error);
+    teardown();
+  }
+}
+
+function teardown() {
+  if (edge.pc) edge.pc.close();
+  if (edge.localStream) edge.localStream.getTracks().forEach((t) => t.stop());
+  edge.pc = edge.channel = edge.localStream = null;
+}
+
+function disconnect() { teardown(); setState("idle"); }
+
+function onMessage(channel, data) {
+  let msg;
+  try { msg = JSON.parse(data); } catch { return; }
+  if (msg.type === "ping") { channel.send(JSON.stringify({ type: "pong", id: msg.id })); return; }
+  if (msg.type !== "result") return;
+  edge.results += 1;
+  edge.lastResult = msg;
+  edge.recent.push(msg);
+  if (edge.recent.length > KEEP) edge.recent.shift();
+  edge.exitCounts[msg.exit - 1] += 1;
+  if (!msg.deadline_met) edge.misses += 1;
+  const t = performance.now() / 1000;
+  charts.exit.push(t, [msg.exit, msg.horizon, msg.deadline_met ? 0 : 1]);
+  charts.conf.push(t, [msg.raw.confidence, msg.smoothed.confidence]);
+  charts.budget.push(t, [Math.max(0, msg.budget.compute_ms), msg.costs.actual_ms, msg.latency_ms]);
+  showResult(msg);
+}
+
+let lastShown = 0;
+function showResult(m) {
+  const now = performance.now();
+  if (now - lastShown < 100) return;  // numbers at 10 Hz are readable; the charts get every frame
+  lastShown = now;
+  $("label").textContent = m.smoothed.label;
+  $("confidence").textContent = `${(100 * m.smoothed.confidence).toFixed(0)} %`;
+  $("exit").textContent = `${m.exit} of 3 (ran ${m.exits_run}, allowed ${m.horizon})`;
+  $("rtt").textContent = `${m.network.rtt_ms.toFixed(1)} ms` + (m.network.rtt_from_prior ? " (prior)" : ` (${m.rtt_source})`);
+  $("bitrate").textContent = `${(m.network.bitrate_bps / 1000).toFixed(0)} kbit/s` + (m.network.bitrate_from_prior ? " (prior)" : "");
+  $("budget").textContent = `${m.budget.compute_ms.toFixed(0)} ms of ${m.budget.total_ms.toFixed(0)} ms`;
+  $("latency").textContent = `${m.latency_ms.toFixed(1)} ms`;
+  $("misses").textContent = `${edge.misses} of ${edge.results}`;
+  $("exits-hist").textContent = edge.exitCounts.map((n, i) => `exit ${i + 1}: ${n}`).join(" · ");
+}
+
+async function pollStats() {
+  const pc = edge.pc;
+  if (!pc || pc.connectionState !== "connected") return;
+  const stats = await pc.getStats();
+  let rtt = null, rate = null, recv = null;
+  stats.forEach((s) => {
+    if (s.type === "remote-inbound-rtp" && s.kind === "video" && s.roundTripTime !== undefined) rtt = 1000 * s.roundTripTime;
+    if (s.type === "candidate-pair" && s.nominated && s.currentRoundTripTime !== undefined && rtt === null) rtt = 1000 * s.currentRoundTripTime;
+    if (s.type === "inbound-rtp" && s.kind === "video") { edge.framesDecoded = s.framesDecoded || 0; edge.videoFps = s.framesPerSecond ?? null; }
+  });
+  edge.browserRttMs = rtt;
+  const m = edge.lastResult;
+  if (m) { rate = m.network.bitrate_bps; recv = m.receive_estimate_bps; }
+  const t = performance.now() / 1000;
+  charts.rtt.push(t, [m ? m.network.rtt_ms : null, rtt]);
+  charts.rate.push(t, [rate, recv]);
+  $("browser-rtt").textContent = rtt === null ? "–" : `${rtt.toFixed(1)} ms`;
+  $("fps").textContent = edge.videoFps === null ? "–" : `${edge.videoFps.toFixed(0)} fps`;
+}
+
+async function refreshStatus() {
+  try {
+    const s = await loadStatus();
+    fillSources(s);
+    const m = s.model;
+    $("model-line").textContent = `${m.name} on ${m.providers[0].replace("ExecutionProvider", "")} · ` +
+      m.exits.map((e) => `${e.name} ${(100 * e.test_accuracy).toFixed(1)} % @ ${e.cost_median_ms.toFixed(2)} ms`).join(" · ");
+    $("model-line").className = m.device === "cpu" ? "warn" : "";
+    $("cameras").replaceChildren(...(s.cameras.length ? s.cameras : [null]).map((c) => {
+      const li = document.createElement("li");
+      li.textContent = c === null ? "no cameras configured ([[cameras]] in config.toml)"
+        : `${c.name}: ${c.state}` + (c.resolution ? ` ${c.resolution.join("×")}` : "") +
+          `, ${c.frames_analysed} frames analysed, ${c.reconnects} reconnects` + (c.last_error ? ` (last error: ${c.last_error})` : "");
+      li.className = c && c.state !== "streaming" ? "warn" : "";
+      return li;
+    }));
+    $("health").textContent = `${s.sessions.length} session(s)`; $("health").className = "pill ok";
+  } catch (err) {
+    $("health").textContent = `server unreachable (${err.message})`; $("health").className = "pill bad";
+  }
+}
+
+$("connect").onclick = connect;
+$("disconnect").onclick = disconnect;
+setState("idle");
+refreshStatus();
+setInterval(refreshStatus, 2000);
+setInterval(pollStats, 1000);

@@ -1,0 +1,90 @@
+"""Headless Chromium (Debian's, driven by Playwright) against the real app over loopback WebRTC.
+
+Chromium's fake camera plays a generated y4m of labelled, stamped demo-data
+frames; the page connects, gets annotated video and per-frame JSON back,
+and the results are checked against the video's labels.  A screenshot of
+the page is written to artifacts/test-browser/.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streams.testvideo import LabelledVideo, write_y4m
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "artifacts" / "test-browser"
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="needs Debian's chromium (apt-get install "
+                                                                         "chromium; .ci/run does)")]
+
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--allow-loopback-in-peer-connection", "--disable-features=WebRtcHideLocalIpsWithMdns",
+    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+]
+
+
+@pytest.fixture(scope="module")
+def fake_camera(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path_factory: pytest.TempPathFactory
+                ) -> tuple[Path, LabelledVideo]:
+    images, labels = demo_test_split
+    video = LabelledVideo(images[:80], labels[:80], hold=2)
+    return write_y4m(tmp_path_factory.mktemp("camera") / "camera.y4m", video), video
+
+
+@pytest.fixture
+async def browser_page(fake_camera: tuple[Path, LabelledVideo]) -> AsyncIterator[Any]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                          args=[*CHROMIUM_ARGS, f"--use-file-for-fake-video-capture={fake_camera[0]}"])
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: print(f"[browser] {m.type}: {m.text}"))
+            yield page
+        finally:
+            await browser.close()
+
+
+async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: Any, browser_page: Any,
+                                         fake_camera: tuple[Path, LabelledVideo]) -> None:
+    page, video = browser_page, fake_camera[1]
+    async with serve(app_config()) as base:
+        await page.goto(f"{base}/?probe=1")
+        await page.click("#connect")
+        await page.wait_for_function(
+            "() => window.edge.error || (window.edge.results >= 300 && window.edge.lastResult.rtt_source === 'rtcp'"
+            " && window.edge.framesDecoded > 60 && window.edge.browserRttMs !== null)", timeout=60_000)
+        edge = await page.evaluate("() => ({error: edge.error, state: edge.state, recent: edge.recent, "
+                                   "framesDecoded: edge.framesDecoded, browserRttMs: edge.browserRttMs})")
+        await page.wait_for_timeout(500)  # let the charts draw the last points
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
+    assert edge["error"] is None, edge["error"]
+    assert edge["state"] == "connected"
+    results = edge["recent"][-240:]  # after the first seconds, in which the browser's encoder ramps up
+    stamped = [r for r in results if r["stamp"] is not None and r["stamp"] < video.num_frames]
+    assert len(stamped) >= 0.9 * len(results), "the y4m frame counter should survive the browser's VP8"
+    accuracy = float(np.mean([r["raw"]["class"] == video.label_of_stamp(r["stamp"]) for r in stamped]))
+    last = results[-1]
+    print(f"browser: {len(results)} results, raw accuracy {accuracy:.3f}, server RTT {last['network']['rtt_ms']:.2f} "
+          f"ms, browser RTT {edge['browserRttMs']:.2f} ms, bitrate {last['network']['bitrate_bps']:.0f}, "
+          f"frames decoded {edge['framesDecoded']}; screenshot {ARTIFACTS / 'page.png'}")
+    assert accuracy >= 0.8, f"results should agree with the labels at about the model's accuracy ({accuracy:.3f})"
+    # RTCP-derived estimates are plausible on loopback
+    assert 0 < last["network"]["rtt_ms"] < 50, last["network"]
+    assert 0 < edge["browserRttMs"] < 50
+    assert 250_000 <= last["network"]["bitrate_bps"] <= 1_500_000, "within aiortc's VP8 range"
+    assert edge["framesDecoded"] > 60, "the annotated video should play in the page"
