@@ -83,6 +83,7 @@ class CameraConfig(_Section):
     read_timeout_s: float = Field(5.0, gt=0, le=120, description="a camera silent this long is reconnected")
     backoff_initial_s: float = Field(0.5, gt=0, le=60, description="first wait before reconnecting")
     backoff_max_s: float = Field(10.0, gt=0, le=600, description="longest wait between reconnects")
+    probe: bool = Field(False, description="read the frame counter a test source stamps into each frame")
 
     @field_validator("url")
     @classmethod

@@ -64,7 +64,7 @@ class Hub:
                              Backoff(c.backoff_initial_s, c.backoff_max_s))
             cam.start()
             assert cam.slot is not None
-            pipe = self._pipeline(c.name, c.name, cam.slot, lambda name=c.name: self.camera_network(name))
+            pipe = self._pipeline(c.name, c.name, cam.slot, lambda name=c.name: self.camera_network(name), c.probe)
             pipe.start()
             self.cameras[c.name] = cam
             self.camera_pipelines[c.name] = pipe

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -114,3 +116,40 @@ async def running_app(cfg: AppConfig) -> AsyncIterator[str]:
 @pytest.fixture
 def serve() -> Callable[[AppConfig], contextlib.AbstractAsyncContextManager[str]]:
     return running_app
+
+
+# --- headless Chromium ----------------------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",  # as root, no GPU, small /dev/shm in containers
+    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--allow-loopback-in-peer-connection", "--disable-features=WebRtcHideLocalIpsWithMdns",
+    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+]
+
+
+@contextlib.asynccontextmanager
+async def chromium_page(fake_camera: Path | None = None) -> AsyncIterator[Any]:
+    """A page in Debian's headless Chromium (Playwright's own browser download does not work here)."""
+    if shutil.which(CHROMIUM) is None:
+        pytest.skip("needs Debian's chromium (apt-get install chromium; .ci/run does)")
+    from playwright.async_api import async_playwright
+
+    args = list(CHROMIUM_ARGS)
+    if fake_camera is not None:
+        args.append(f"--use-file-for-fake-video-capture={fake_camera}")
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda m: print(f"[browser] {m.type}: {m.text}"))
+            yield page
+        finally:
+            await browser.close()
+
+
+@pytest.fixture
+def browser() -> Callable[..., contextlib.AbstractAsyncContextManager[Any]]:
+    return chromium_page

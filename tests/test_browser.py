@@ -8,8 +8,7 @@ the page is written to artifacts/test-browser/.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,7 @@ from streams.testvideo import LabelledVideo, write_y4m
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "test-browser"
-CHROMIUM = "/usr/bin/chromium"
-
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="needs Debian's chromium (apt-get install "
-                                                                         "chromium; .ci/run does)")]
-
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-    "--allow-loopback-in-peer-connection", "--disable-features=WebRtcHideLocalIpsWithMdns",
-    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-    "--autoplay-policy=no-user-gesture-required",
-]
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -43,25 +30,10 @@ def fake_camera(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path_factory
     return write_y4m(tmp_path_factory.mktemp("camera") / "camera.y4m", video), video
 
 
-@pytest.fixture
-async def browser_page(fake_camera: tuple[Path, LabelledVideo]) -> AsyncIterator[Any]:
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                          args=[*CHROMIUM_ARGS, f"--use-file-for-fake-video-capture={fake_camera[0]}"])
-        try:
-            page = await browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: print(f"[browser] {m.type}: {m.text}"))
-            yield page
-        finally:
-            await browser.close()
-
-
-async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: Any, browser_page: Any,
+async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: Any, browser: Any,
                                          fake_camera: tuple[Path, LabelledVideo]) -> None:
-    page, video = browser_page, fake_camera[1]
-    async with serve(app_config()) as base:
+    video = fake_camera[1]
+    async with browser(fake_camera[0]) as page, serve(app_config()) as base:
         await page.goto(f"{base}/?probe=1")
         await page.click("#connect")
         await page.wait_for_function(

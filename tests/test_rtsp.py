@@ -1,0 +1,150 @@
+"""A real RTSP camera (GStreamer's gst-rtsp-server on loopback) read by the app and watched in Chromium.
+
+The server is stopped mid-stream and started again on the same port: the
+app notices, backs off, reconnects by itself and the browser's results
+resume.  The camera is also absent when the app starts, so the first
+connection already goes through the backoff path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+
+from streams.testvideo import LabelledVideo, write_jpegs
+
+REPO = Path(__file__).resolve().parents[1]
+SERVER = REPO / "streams" / "rtsp_test_server.py"
+SYSTEM_PYTHON = "/usr/bin/python3"
+ARTIFACTS = REPO / "artifacts" / "test-rtsp"
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+def _gst_rtsp_available() -> bool:
+    if not os.path.exists(SYSTEM_PYTHON):
+        return False
+    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import gi; gi.require_version('GstRtspServer', '1.0'); "
+                            "from gi.repository import GstRtspServer"], capture_output=True, check=False)
+    return probe.returncode == 0 and shutil.which("chromium") is not None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RtspServer:
+    """gst-rtsp-server in a subprocess of the system Python; start() waits for READY."""
+
+    def __init__(self, frames: Path, port: int, fps: int = 30) -> None:
+        self.cmd = [SYSTEM_PYTHON, str(SERVER), "--frames", str(frames), "--port", str(port), "--fps", str(fps)]
+        self.url = f"rtsp://127.0.0.1:{port}/cam"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY"):
+            self.stop()
+            raise RuntimeError(f"RTSP test server did not start: {line!r}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+            self.proc = None
+
+
+@pytest.fixture
+def rtsp_server(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> Iterator[tuple[RtspServer,
+                                                                                                 LabelledVideo]]:
+    if not _gst_rtsp_available():
+        pytest.skip("needs GStreamer's RTSP server for the system Python and chromium (.ci/run installs them)")
+    images, labels = demo_test_split
+    video = LabelledVideo(images[100:160], labels[100:160], hold=3)
+    server = RtspServer(write_jpegs(tmp_path / "frames", video), free_port())
+    try:
+        yield server, video
+    finally:
+        server.stop()
+
+
+async def _status(base: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http, http.get(f"{base}/status") as r:
+        return dict(await r.json())
+
+
+async def _wait(pred: Callable[[], Any], timeout_s: float, what: str) -> None:
+    t_end = time.monotonic() + timeout_s
+    while time.monotonic() < t_end:
+        if await pred():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+async def test_rtsp_camera_reconnects_and_browser_resumes(app_config: Callable[..., Any], serve: Any,
+                                                          browser: Any, rtsp_server: tuple[RtspServer, LabelledVideo]
+                                                          ) -> None:
+    server, video = rtsp_server
+    cfg = app_config(cameras=[{"name": "door", "url": server.url, "transport": "tcp", "probe": True,
+                               "backoff_initial_s": 0.25, "backoff_max_s": 1.0, "read_timeout_s": 3.0}])
+    async with serve(cfg) as base, browser() as page:
+        # the camera is not there yet: the app keeps trying
+        await _wait(lambda: _camera_has(base, lambda c: c["reconnects"] >= 1), 10, "a reconnect attempt")
+        server.start()
+        await _wait(lambda: _camera_has(base, lambda c: c["state"] == "streaming"), 20, "the camera to stream")
+        await page.goto(f"{base}/?camera=door")
+        await page.click("#connect")
+        await page.wait_for_function("() => edge.error || (edge.results >= 60 && edge.framesDecoded > 30)",
+                                     timeout=30_000)
+        assert await page.evaluate("edge.error") is None
+        before = await page.evaluate("edge.recent")
+
+        server.stop()  # the camera drops mid-stream
+        await _wait(lambda: _camera_has(base, lambda c: c["state"] != "streaming"), 10, "the drop to be noticed")
+        dropped_at = await page.evaluate("edge.results")
+        await asyncio.sleep(1.5)
+        with contextlib.suppress(Exception):
+            server.start()
+        await _wait(lambda: _camera_has(base, lambda c: c["state"] == "streaming" and c["connects"] == 2), 30,
+                    "the app to reconnect by itself")
+        await page.wait_for_function(f"() => edge.results >= {dropped_at} + 60", timeout=30_000)
+        status = await _status(base)
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/metrics") as r:
+            metrics = await r.text()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
+        after = await page.evaluate("edge.recent")
+    cam = status["cameras"][0]
+    assert cam["viewers"] == 1 and cam["connects"] == 2 and cam["reconnects"] >= 2
+    assert 'edge_camera_state{camera="door",state="streaming"} 1.0' in metrics
+    assert 'edge_camera_reconnects_total{camera="door"}' in metrics
+    results = [r for r in before + after if r["stamp"] is not None and r["stamp"] < video.num_frames]
+    accuracy = float(np.mean([r["raw"]["class"] == video.label_of_stamp(r["stamp"]) for r in results]))
+    print(f"RTSP: {len(results)} stamped results, raw accuracy {accuracy:.3f}, camera {cam}")
+    assert len(results) >= 100
+    assert accuracy >= 0.75, accuracy
+
+
+async def _camera_has(base: str, pred: Callable[[dict[str, Any]], bool]) -> bool:
+    return pred((await _status(base))["cameras"][0])
