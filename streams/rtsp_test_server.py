@@ -16,11 +16,11 @@ import argparse
 import signal
 import sys
 
-import gi  # type: ignore[import-not-found]
+import gi
 
 gi.require_version("Gst", "1.0")
 gi.require_version("GstRtspServer", "1.0")
-from gi.repository import GLib, Gst, GstRtspServer  # type: ignore[import-not-found]  # noqa: E402
+from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
 
 
 def main() -> int:
