@@ -48,6 +48,31 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_pipeline(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench_pipeline import run
+
+    cfg = load_config(args.config)
+    rt = _runtime(cfg)
+    npz = args.video
+    if npz is None and Path("data/demo/test.npz").is_file():
+        npz = Path("data/demo/test.npz")
+    print(asyncio.run(run(cfg, rt, args.duration, args.window, npz)))
+    return 0
+
+
+def cmd_bench_smoothing(args: argparse.Namespace) -> int:
+    from edge_app.bench_smoothing import bench_smoothing
+
+    cfg = load_config(args.config)
+    if not args.video.is_file():
+        print(f"error: {args.video}: no such demo split; build it with: python -m exporter data", file=sys.stderr)
+        return 2
+    print(bench_smoothing(cfg, _runtime(cfg), args.video, seconds=args.seconds, hold_s=args.hold))
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     try:
         from exporter.__main__ import main as exporter_main
@@ -139,6 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(bp)
     bp.add_argument("--frames", type=int, default=2000)
     bp.set_defaults(func=cmd_bench_policy)
+    bl = sub.add_parser("bench-pipeline", help="the live path at 640x480 30 fps: stages, latency, drops, memory")
+    bl.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bl.add_argument("--duration", type=float, default=60.0, help="seconds to run (300 for the soak run)")
+    bl.add_argument("--window", type=float, default=10.0, help="seconds per reported window")
+    bl.add_argument("--video", type=Path, help="demo split .npz for the frames (default: data/demo/test.npz if "
+                                                "present, else synthetic frames)")
+    bl.set_defaults(func=cmd_bench_pipeline)
+    bs = sub.add_parser("bench-smoothing", help="label flips and quality jumps with temporal smoothing off and on")
+    bs.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bs.add_argument("--video", type=Path, default=Path("data/demo/test.npz"), help="demo split .npz")
+    bs.add_argument("--seconds", type=float, default=120.0)
+    bs.add_argument("--hold", type=float, default=1.0, help="seconds each image stays in view")
+    bs.set_defaults(func=cmd_bench_smoothing)
     e = sub.add_parser("export", help="build data, train and export a model folder (python -m exporter ...)")
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")
     e.set_defaults(func=cmd_export)

@@ -75,6 +75,14 @@ class BudgetConfig(_Section):
     safety_margin_ms: float = Field(5.0, ge=0, le=1_000, description="slack kept back from the budget")
 
 
+class SmoothingConfig(_Section):
+    alpha: float = Field(0.5, gt=0, le=1, description="weight of a new frame in the class-distribution average "
+                                                       "(times its exit's relative reliability); 1: no smoothing")
+    hysteresis: float = Field(0.1, ge=0, le=1, description="a new label is shown once it leads the shown one by this")
+    max_depth_step: int = Field(1, ge=1, le=16, description="exits the depth may rise or fall per frame (the "
+                                                            "deadline may always cut it)")
+
+
 class CameraConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="what browsers ask for")
     url: str = Field(description="rtsp:// URL of the camera")
@@ -98,6 +106,7 @@ class AppConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    smoothing: SmoothingConfig = Field(default_factory=SmoothingConfig)
     cameras: list[CameraConfig] = Field(default_factory=list)
     base_dir: Path = Field(Path("."), exclude=True, description="folder of the config file (set by load_config)")
 

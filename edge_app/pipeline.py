@@ -26,7 +26,7 @@ import numpy as np
 
 from edge_app.annotate import Overlay, annotate
 from edge_app.budget import Budget, frame_budget
-from edge_app.config import BudgetConfig
+from edge_app.config import BudgetConfig, SmoothingConfig
 from edge_app.metrics import Metrics
 from edge_app.scheduler import FrameScheduler
 from edge_app.smoothing import TemporalSmoother
@@ -114,7 +114,8 @@ class AnalysedFrame:
 class AnalysisPipeline:
     def __init__(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], runtime: ModelRuntime,
                  policy: ExitPolicy, budget: BudgetConfig, executor: Executor, metrics: Metrics,
-                 network: Callable[[], NetworkView], probe: bool = False) -> None:
+                 network: Callable[[], NetworkView], probe: bool = False,
+                 smoothing: SmoothingConfig | None = None) -> None:
         self.source = source
         self.metric_source = metric_source
         self.slot = slot
@@ -124,8 +125,9 @@ class AnalysisPipeline:
         self.metrics = metrics
         self.network = network
         self.probe = probe
-        self.scheduler = FrameScheduler(runtime, policy)
-        self.smoother = TemporalSmoother([ex.test_accuracy for ex in runtime.manifest.exits])
+        sm = smoothing or SmoothingConfig()
+        self.scheduler = FrameScheduler(runtime, policy, sm.max_depth_step)
+        self.smoother = TemporalSmoother([ex.test_accuracy for ex in runtime.manifest.exits], sm.alpha, sm.hysteresis)
         self.outputs: Broadcast[AnalysedFrame] = Broadcast()
         self.analysed = 0
         self.errors = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -118,6 +119,13 @@ def serve() -> Callable[[AppConfig], contextlib.AbstractAsyncContextManager[str]
     return running_app
 
 
+def skip_or_fail(reason: str) -> None:
+    """Skip a test whose system dependency is missing, except where CI says they must all run."""
+    if os.environ.get("EDGE_APP_REQUIRE_SYSTEM_TESTS"):
+        pytest.fail(f"EDGE_APP_REQUIRE_SYSTEM_TESTS is set but this test cannot run: {reason}")
+    pytest.skip(reason)
+
+
 # --- headless Chromium ----------------------------------------------------------------------------------------
 
 CHROMIUM = "/usr/bin/chromium"
@@ -134,7 +142,7 @@ CHROMIUM_ARGS = [
 async def chromium_page(fake_camera: Path | None = None) -> AsyncIterator[Any]:
     """A page in Debian's headless Chromium (Playwright's own browser download does not work here)."""
     if shutil.which(CHROMIUM) is None:
-        pytest.skip("needs Debian's chromium (apt-get install chromium; .ci/run does)")
+        skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")
     from playwright.async_api import async_playwright
 
     args = list(CHROMIUM_ARGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -22,6 +23,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
+from conftest import skip_or_fail
 
 from streams.testvideo import LabelledVideo, write_jpegs
 
@@ -78,7 +80,7 @@ class RtspServer:
 def rtsp_server(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> Iterator[tuple[RtspServer,
                                                                                                  LabelledVideo]]:
     if not _gst_rtsp_available():
-        pytest.skip("needs GStreamer's RTSP server for the system Python and chromium (.ci/run installs them)")
+        skip_or_fail("needs GStreamer's RTSP server for the system Python and chromium (.ci/run installs them)")
     images, labels = demo_test_split
     video = LabelledVideo(images[100:160], labels[100:160], hold=3)
     server = RtspServer(write_jpegs(tmp_path / "frames", video), free_port())
@@ -129,6 +131,9 @@ async def test_rtsp_camera_reconnects_and_browser_resumes(app_config: Callable[.
         await _wait(lambda: _camera_has(base, lambda c: c["state"] == "streaming" and c["connects"] == 2), 30,
                     "the app to reconnect by itself")
         await page.wait_for_function(f"() => edge.results >= {dropped_at} + 60", timeout=30_000)
+        # a second viewer, data channel only (no video m-line): results for the same, once-analysed frames
+        dc_results = await _data_channel_watcher(base, "door", 30)
+        await _wait(lambda: _camera_has(base, lambda c: c["viewers"] == 1), 15, "the closed viewer to be cleaned up")
         status = await _status(base)
         async with aiohttp.ClientSession() as http, http.get(f"{base}/metrics") as r:
             metrics = await r.text()
@@ -136,6 +141,10 @@ async def test_rtsp_camera_reconnects_and_browser_resumes(app_config: Callable[.
         await page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
         after = await page.evaluate("edge.recent")
     cam = status["cameras"][0]
+    assert len(dc_results) >= 30 and all(r["source"] == "door" for r in dc_results)
+    browser_frames = {r["frame"] for r in after}
+    assert browser_frames & {r["frame"] for r in dc_results} or len(after) < 30, "both viewers see the same analyses"
+    assert cam["frames_analysed"] <= cam["frames"], "each camera frame is analysed at most once, whoever watches"
     assert cam["viewers"] == 1 and cam["connects"] == 2 and cam["reconnects"] >= 2
     assert 'edge_camera_state{camera="door",state="streaming"} 1.0' in metrics
     assert 'edge_camera_reconnects_total{camera="door"}' in metrics
@@ -144,6 +153,39 @@ async def test_rtsp_camera_reconnects_and_browser_resumes(app_config: Callable[.
     print(f"RTSP: {len(results)} stamped results, raw accuracy {accuracy:.3f}, camera {cam}")
     assert len(results) >= 100
     assert accuracy >= 0.75, accuracy
+
+
+async def _data_channel_watcher(base: str, camera: str, count: int) -> list[dict[str, Any]]:
+    from aiortc import RTCPeerConnection, RTCSessionDescription
+
+    pc = RTCPeerConnection()
+    got: list[dict[str, Any]] = []
+    done = asyncio.Event()
+    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
+
+    @channel.on("message")
+    def on_message(message: str) -> None:
+        msg = json.loads(message)
+        if msg["type"] == "ping":
+            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
+        elif msg["type"] == "result":
+            got.append(msg)
+            if len(got) >= count:
+                done.set()
+
+    try:
+        await pc.setLocalDescription(await pc.createOffer())
+        body = {"sdp": pc.localDescription.sdp, "type": "offer", "camera": camera}
+        async with aiohttp.ClientSession() as http, http.post(f"{base}/offer", json=body) as r:
+            answer = await r.json()
+            assert r.status == 200, answer
+        await pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
+        await asyncio.wait_for(done.wait(), 20)
+        status = await _status(base)
+        assert status["cameras"][0]["viewers"] == 2
+    finally:
+        await pc.close()
+    return got
 
 
 async def _camera_has(base: str, pred: Callable[[dict[str, Any]], bool]) -> bool:

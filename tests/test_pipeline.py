@@ -1,0 +1,101 @@
+"""The analysis pipeline with the real default model, fed frames directly (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from edge_app.config import AppConfig, BudgetConfig, PolicyConfig
+from edge_app.metrics import Metrics
+from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
+from edge_app.scheduler import policy_from_config
+from models.runtime import ModelRuntime
+from streams.frames import LatestSlot, SourceFrame
+from streams.netstats import NetworkEstimate
+from streams.stamp import draw_stamp, read_stamp
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def runtime() -> ModelRuntime:
+    return ModelRuntime.load(REPO / "models" / "default", threads=1, warmup=1)
+
+
+def view(rtt_ms: float, bitrate_bps: float = 1e6) -> NetworkView:
+    return NetworkView(NetworkEstimate(rtt_ms, rtt_ms, 0.0, bitrate_bps, False, False), bitrate_bps / 8 / 30)
+
+
+async def run_frames(runtime: ModelRuntime, frames: list[np.ndarray], network: NetworkView,
+                     policy: PolicyConfig | None = None, probe: bool = False) -> list[AnalysedFrame]:
+    metrics = Metrics("m", runtime.providers, runtime.num_exits)
+    slot: LatestSlot[SourceFrame] = LatestSlot()
+    pol = policy_from_config(policy or PolicyConfig(), runtime)
+    with ThreadPoolExecutor(1) as pool:
+        pipe = AnalysisPipeline("test", "browser", slot, runtime, pol, BudgetConfig(), pool, metrics,
+                                lambda: network, probe)
+        out: list[AnalysedFrame] = []
+        pipe.outputs.subscribe(out.append)
+        pipe.start()
+        for i, rgb in enumerate(frames):
+            slot.put(SourceFrame(av.VideoFrame.from_ndarray(rgb, format="rgb24"), i, time.monotonic(), "test"))
+            while len(out) < i + 1:  # one at a time: no frame is stale
+                await asyncio.sleep(0.001)
+        await pipe.stop()
+    text = metrics.exposition().decode()
+    assert f'edge_frames_analysed_total{{source="browser"}} {float(len(frames))}' in text
+    return out
+
+
+def frames_with_stamps(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        img = rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
+        draw_stamp(img, i)
+        out.append(img)
+    return out
+
+
+async def test_every_frame_gets_a_complete_result(runtime: ModelRuntime) -> None:
+    out = await run_frames(runtime, frames_with_stamps(12), view(2.0), probe=True)
+    assert [o.result.stamp for o in out] == list(range(12))
+    msg = out[-1].result.to_json(runtime.class_names)
+    for key in ("frame", "stamp", "raw", "smoothed", "exit", "exits_run", "horizon", "costs", "budget", "network",
+                "stages_ms", "latency_ms", "deadline_met"):
+        assert key in msg
+    assert 1 <= msg["exit"] <= msg["exits_run"] <= msg["horizon"] <= 3
+    assert len(msg["costs"]["segments_ms"]) == msg["exits_run"]
+    assert msg["budget"]["total_ms"] == 250.0 and msg["deadline_met"]
+    assert msg["raw"]["label"] in runtime.class_names
+    annotated = out[-1].video_frame().to_ndarray(format="rgb24")
+    assert annotated.shape == (480, 640, 3) and read_stamp(annotated) == 11
+
+
+async def test_a_lost_deadline_still_answers_from_exit_one(runtime: ModelRuntime) -> None:
+    out = await run_frames(runtime, frames_with_stamps(6), view(400.0), PolicyConfig(kind="fixed", fixed_exit=3))
+    for o in out:
+        r = o.result
+        assert r.budget.compute_ms < 0 and r.horizon == 1 and r.exits_run == 1 and r.exit == 1
+        assert not r.deadline_met
+
+
+async def test_an_ample_budget_runs_full_depth(runtime: ModelRuntime) -> None:
+    deep = await run_frames(runtime, frames_with_stamps(4), view(2.0), PolicyConfig(kind="budget-greedy"))
+    assert [o.result.exits_run for o in deep] == [3, 3, 3, 3]
+    assert all(o.result.exit == 3 for o in deep)
+
+
+def test_policy_from_config_kinds(runtime: ModelRuntime) -> None:
+    for kind in ("dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy"):
+        p = policy_from_config(PolicyConfig(kind=kind), runtime)  # type: ignore[arg-type]
+        assert p.start(3) is not None
+    refit = policy_from_config(PolicyConfig(lam=0.3), runtime)
+    assert refit.name == "dynamic-index"
+    assert AppConfig().policy.kind == "dynamic-index"
