@@ -119,6 +119,7 @@ async def test_browser_style_session_end_to_end(app_config: Callable[..., Any], 
     print(f"{len(results)} results, raw accuracy {accuracy:.3f} over {len(stamped)} stamped frames, "
           f"exits {exits.tolist()}, latency p50 {np.median([r['latency_ms'] for r in results]):.1f} ms, "
           f"RTT {last['network']['rtt_ms']:.2f} ms, bitrate {last['network']['bitrate_bps']:.0f}")
+    print("last result:", json.dumps(last))
     assert accuracy >= 0.8, f"results should match the video's labels at about the model's accuracy ({accuracy})"
     assert all(r["deadline_met"] for r in results[-60:]), "loopback frames should be well within budget"
     assert frames, "no annotated frame came back"
