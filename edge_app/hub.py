@@ -93,7 +93,8 @@ class Hub:
         pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         sid = uuid.uuid4().hex[:12]
         session = PeerSession(sid, pc, self.config.budget, self.runtime.class_names, camera, probe,
-                              self.metrics.results_dropped.inc, self._forget)
+                              self.metrics.results_dropped.inc, self._forget,
+                              self.metrics.frames_dropped.labels(camera or "browser", "send").inc)
 
         @pc.on("datachannel")
         def on_datachannel(channel: Any) -> None:

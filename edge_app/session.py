@@ -44,7 +44,8 @@ JSON_RESULT_BYTES = 1200.0  # what one result costs on the wire, for data-channe
 class PeerSession:
     def __init__(self, sid: str, pc: RTCPeerConnection, budget: BudgetConfig, class_names: list[str],
                  camera: str | None, probe: bool, on_result_dropped: Callable[[], None],
-                 on_closed: Callable[[PeerSession], Awaitable[None]]) -> None:
+                 on_closed: Callable[[PeerSession], Awaitable[None]],
+                 on_video_dropped: Callable[[], None] | None = None) -> None:
         self.id = sid
         self.pc = pc
         self.camera = camera
@@ -70,6 +71,7 @@ class PeerSession:
         self._ping_id = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._on_result_dropped = on_result_dropped
+        self._on_video_dropped = on_video_dropped
         self._on_closed = on_closed
         self._closing = False
 
@@ -81,7 +83,7 @@ class PeerSession:
 
     def attach_outbound(self) -> None:
         """Send annotated video on the offer's video m-line (aiortc reuses the offered transceiver)."""
-        self.outbound = OutboundVideoTrack()
+        self.outbound = OutboundVideoTrack(self._on_video_dropped)
         self.video_sender = self.pc.addTrack(self.outbound)
 
     def attach_channel(self, channel: RTCDataChannel) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import fractions
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import av
@@ -69,9 +70,10 @@ class OutboundVideoTrack(MediaStreamTrack):
 
     kind = "video"
 
-    def __init__(self) -> None:
+    def __init__(self, on_drop: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._slot: LatestSlot[av.VideoFrame] = LatestSlot()
+        self._slot.on_drop = on_drop
         self._t0: float | None = None
         self.sent = 0
 
