@@ -161,3 +161,18 @@ async def chromium_page(fake_camera: Path | None = None) -> AsyncIterator[Any]:
 @pytest.fixture
 def browser() -> Callable[..., contextlib.AbstractAsyncContextManager[Any]]:
     return chromium_page
+
+
+def results_channel(pc: Any, on_result: Callable[[dict[str, Any]], None]) -> Any:
+    """Open the client's "results" data channel on ``pc``: answer the server's pings, pass results on."""
+    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
+
+    @channel.on("message")
+    def on_message(message: str) -> None:
+        msg = json.loads(message)
+        if msg["type"] == "ping":
+            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
+        elif msg["type"] == "result":
+            on_result(msg)
+
+    return channel

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from aiortc.mediastreams import MediaStreamError
+from conftest import results_channel
 
 from streams.stamp import read_stamp
 from streams.testvideo import LabelledVideo
@@ -56,15 +57,7 @@ async def connect(base_url: str, pc: RTCPeerConnection, **extra: Any) -> dict[st
 
 def collect(pc: RTCPeerConnection, results: list[dict[str, Any]], frames: list[av.VideoFrame],
             tasks: list[asyncio.Task[None]]) -> Any:
-    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
-
-    @channel.on("message")
-    def on_message(message: str) -> None:
-        msg = json.loads(message)
-        if msg["type"] == "ping":
-            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-        elif msg["type"] == "result":
-            results.append(msg)
+    channel = results_channel(pc, results.append)
 
     @pc.on("track")
     def on_track(track: Any) -> None:

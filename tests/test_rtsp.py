@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -23,7 +22,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from conftest import skip_or_fail
+from conftest import results_channel, skip_or_fail
 
 from streams.testvideo import LabelledVideo, write_jpegs
 
@@ -161,17 +160,13 @@ async def _data_channel_watcher(base: str, camera: str, count: int) -> list[dict
     pc = RTCPeerConnection()
     got: list[dict[str, Any]] = []
     done = asyncio.Event()
-    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
 
-    @channel.on("message")
-    def on_message(message: str) -> None:
-        msg = json.loads(message)
-        if msg["type"] == "ping":
-            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-        elif msg["type"] == "result":
-            got.append(msg)
-            if len(got) >= count:
-                done.set()
+    def on_result(msg: dict[str, Any]) -> None:
+        got.append(msg)
+        if len(got) >= count:
+            done.set()
+
+    results_channel(pc, on_result)
 
     try:
         await pc.setLocalDescription(await pc.createOffer())

@@ -7,28 +7,17 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp import web
+from conftest import running_app
 
 from edge_app.config import load_config
-from edge_app.server import create_app
-from models.runtime import ModelRuntime
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
 async def base_url() -> AsyncIterator[str]:
-    cfg = load_config(REPO / "config.toml")
-    rt = ModelRuntime.load(cfg.model_path, providers=cfg.model.providers, warmup=1)
-    runner = web.AppRunner(create_app(cfg, rt))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with running_app(load_config(REPO / "config.toml")) as url:
+        yield url
 
 
 async def test_page_health_and_status(base_url: str) -> None:
