@@ -11,6 +11,7 @@ from edge_app.config import DEFAULT_CONFIG, AppConfig, ConfigError, load_config
 from models.errors import ModelError
 
 log = logging.getLogger("edge_app")
+DEMO_TEST_SPLIT = Path("data/demo/test.npz")  # written by python -m exporter data
 
 
 def _runtime(cfg: AppConfig, threads: int | None = None):  # type: ignore[no-untyped-def]
@@ -56,8 +57,8 @@ def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     rt = _runtime(cfg)
     npz = args.video
-    if npz is None and Path("data/demo/test.npz").is_file():
-        npz = Path("data/demo/test.npz")
+    if npz is None and DEMO_TEST_SPLIT.is_file():
+        npz = DEMO_TEST_SPLIT
     print(asyncio.run(run(cfg, rt, args.duration, args.window, npz)))
     return 0
 
@@ -173,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     bl.set_defaults(func=cmd_bench_pipeline)
     bs = sub.add_parser("bench-smoothing", help="label flips and quality jumps with temporal smoothing off and on")
     bs.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
-    bs.add_argument("--video", type=Path, default=Path("data/demo/test.npz"), help="demo split .npz")
+    bs.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz")
     bs.add_argument("--seconds", type=float, default=120.0)
     bs.add_argument("--hold", type=float, default=1.0, help="seconds each image stays in view")
     bs.set_defaults(func=cmd_bench_smoothing)

@@ -93,9 +93,11 @@ async def test_an_ample_budget_runs_full_depth(runtime: ModelRuntime) -> None:
 
 
 def test_policy_from_config_kinds(runtime: ModelRuntime) -> None:
-    for kind in ("dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy"):
+    names = {"dynamic-index": "dynamic-index", "fixed": "fixed-3", "confidence": "confidence", "entropy": "entropy",
+             "patience": "patience", "budget-greedy": "budget-greedy"}
+    for kind, name in names.items():
         p = policy_from_config(PolicyConfig(kind=kind), runtime)  # type: ignore[arg-type]
-        assert p.start(3) is not None
+        assert p.name == name
     refit = policy_from_config(PolicyConfig(lam=0.3), runtime)
-    assert refit.name == "dynamic-index"
+    assert refit.name == "dynamic-index" and refit.lam == pytest.approx(0.3)  # type: ignore[attr-defined]
     assert AppConfig().policy.kind == "dynamic-index"
