@@ -19,7 +19,8 @@ def _runtime(cfg: AppConfig, threads: int | None = None):  # type: ignore[no-unt
 
     return ModelRuntime.load(cfg.model_path, providers=cfg.model.providers,
                              threads=cfg.model.threads if threads is None else threads,
-                             warmup=cfg.model.warmup_runs, cost_window=cfg.model.cost_window)
+                             warmup=cfg.model.warmup_runs, cost_window=cfg.model.cost_window,
+                             slowdown=cfg.model.emulated_slowdown)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -51,6 +51,8 @@ class ModelConfig(_Section):
     workers: int = Field(1, ge=1, le=64, description="inference threads shared by all sessions and cameras")
     warmup_runs: int = Field(3, ge=0, le=100, description="blank frames run at load")
     cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
+    emulated_slowdown: float = Field(1.0, ge=1, le=100, description="benchmarks only: pad every segment to this "
+                                     "many times its real time (a slower device); 1: off")
 
 
 class PolicyConfig(_Section):
@@ -60,6 +62,8 @@ class PolicyConfig(_Section):
     target_accuracy: float | None = Field(None, gt=0, le=1, description="derive lam from this accuracy instead")
     threshold: float = Field(0.9, ge=0, le=1, description="confidence threshold (kind = confidence)")
     fixed_exit: int = Field(3, ge=1, le=16, description="exit to use (kind = fixed)")
+    truncate: bool = Field(True, description="never start an exit whose predicted cost misses the deadline; "
+                                             "false only for baselines that ignore it")
 
     @model_validator(mode="after")
     def _one_of(self) -> PolicyConfig:

@@ -73,7 +73,8 @@ class Hub:
     def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], network: Any,
                   probe: bool = False) -> AnalysisPipeline:
         return AnalysisPipeline(source, metric_source, slot, self.runtime, self.policy, self.config.budget,
-                                self.executor, self.metrics, network, probe, self.config.smoothing)
+                                self.executor, self.metrics, network, probe, self.config.smoothing,
+                                truncate=self.config.policy.truncate)
 
     def camera_network(self, camera: str) -> NetworkView:
         """A camera's budget must suit every viewer: the view of the one whose network costs most."""

@@ -115,7 +115,7 @@ class AnalysisPipeline:
     def __init__(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], runtime: ModelRuntime,
                  policy: ExitPolicy, budget: BudgetConfig, executor: Executor, metrics: Metrics,
                  network: Callable[[], NetworkView], probe: bool = False,
-                 smoothing: SmoothingConfig | None = None) -> None:
+                 smoothing: SmoothingConfig | None = None, truncate: bool = True) -> None:
         self.source = source
         self.metric_source = metric_source
         self.slot = slot
@@ -126,7 +126,7 @@ class AnalysisPipeline:
         self.network = network
         self.probe = probe
         sm = smoothing or SmoothingConfig()
-        self.scheduler = FrameScheduler(runtime, policy, sm.max_depth_step)
+        self.scheduler = FrameScheduler(runtime, policy, sm.max_depth_step, truncate)
         self.smoother = TemporalSmoother([ex.test_accuracy for ex in runtime.manifest.exits], sm.alpha, sm.hysteresis)
         self.outputs: Broadcast[AnalysedFrame] = Broadcast()
         self.analysed = 0

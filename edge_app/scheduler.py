@@ -37,8 +37,10 @@ class FrameDecision:
 
 
 class FrameScheduler:
-    def __init__(self, runtime: ModelRuntime, policy: ExitPolicy, max_depth_step: int = 1) -> None:
+    def __init__(self, runtime: ModelRuntime, policy: ExitPolicy, max_depth_step: int = 1,
+                 truncate: bool = True) -> None:
         self.runtime = runtime
+        self.truncate = truncate  # False: a baseline that starts every exit its policy wants, deadline or not
         self.policy = policy
         self.max_depth_step = max_depth_step
         self._previous_exits_run: int | None = None
@@ -49,7 +51,8 @@ class FrameScheduler:
     def analyse(self, x: np.ndarray, compute_budget_ms: float) -> FrameDecision:
         predicted = self.predicted_costs_ms()
         fit = exits_that_fit(compute_budget_ms, predicted)
-        lo, hi = depth_window(self._previous_exits_run, fit, self.runtime.num_exits, self.max_depth_step)
+        n = self.runtime.num_exits
+        lo, hi = depth_window(self._previous_exits_run, fit if self.truncate else n, n, self.max_depth_step)
         run = self.runtime.start(x)
         decide = self.policy.start(hi)
         t0 = time.perf_counter()
@@ -63,7 +66,7 @@ class FrameScheduler:
         # the policy observed every exit that ran (also those the depth window forced), so its choice stands
         choice = decide.choice
         self._previous_exits_run = ran
-        return FrameDecision(choice, ran, hi, run.results[choice], float(sum(predicted[:ran])), actual,
+        return FrameDecision(choice, ran, fit, run.results[choice], float(sum(predicted[:ran])), actual,
                              compute_budget_ms, actual <= compute_budget_ms,
                              tuple(r.segment_ms for r in run.results))
 

@@ -71,14 +71,17 @@ class ModelRuntime:
     """A validated model folder with one ONNX Runtime session per segment."""
 
     def __init__(self, folder: Path, manifest: Manifest, sessions: list[ort.InferenceSession],
-                 cost_window: int = 256) -> None:
+                 cost_window: int = 256, slowdown: float = 1.0) -> None:
+        if slowdown < 1:
+            raise ValueError("slowdown must be >= 1")
         self.folder = folder
+        self.slowdown = slowdown  # >1 only in benchmarks: each segment takes this many times its real time
         self.manifest = manifest
         self.sessions = sessions
         self.providers = sessions[0].get_providers()
         self.device = "cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
         self.preprocess = Preprocessor(manifest.input)
-        self.costs = [RunningCost(ex.cpu_cost.median_ms, cost_window) for ex in manifest.exits]
+        self.costs = [RunningCost(ex.cpu_cost.median_ms * slowdown, cost_window) for ex in manifest.exits]
         self.segment_runs = [0] * len(sessions)  # how often each segment ran (for tests and metrics)
 
     @property
@@ -91,8 +94,14 @@ class ModelRuntime:
 
     @classmethod
     def load(cls, folder: Path, providers: Sequence[str] = ("cpu",), threads: int = 0, warmup: int = 3,
-             cost_window: int = 256) -> ModelRuntime:
-        """Validate ``folder`` against its manifest, open the sessions and warm them up."""
+             cost_window: int = 256, slowdown: float = 1.0) -> ModelRuntime:
+        """Validate ``folder`` against its manifest, open the sessions and warm them up.
+
+        ``slowdown`` > 1 emulates a slower device (or a heavier model with the same exits): after each
+        segment the thread sleeps for ``slowdown - 1`` times the segment's real time, so measured costs,
+        and everything the scheduler decides from them, are scaled while the CPU stays free, as it is
+        while an accelerator computes.  Benchmarks only; logged as a warning.
+        """
         manifest = read_manifest(folder)
         names = resolve_providers(providers)
         opts = ort.SessionOptions()
@@ -111,7 +120,10 @@ class ModelRuntime:
         if "CUDAExecutionProvider" in names and sessions[0].get_providers()[0] != "CUDAExecutionProvider":
             log.warning("CUDA was requested but the session fell back to %s: running on the CPU",
                         sessions[0].get_providers())
-        rt = cls(folder, manifest, sessions, cost_window)
+        rt = cls(folder, manifest, sessions, cost_window, slowdown)
+        if slowdown != 1:
+            log.warning("emulated slowdown x%.2f: every segment is padded to %.2f times its real time",
+                        slowdown, slowdown)
         rt.warm_up(warmup)
         log.info("model %s loaded from %s on %s", manifest.name, folder, rt.providers)
         return rt
@@ -176,6 +188,8 @@ class InferenceRun:
             outs = binding.get_outputs()
         except Exception as exc:  # onnxruntime's pybind errors have no common public base
             raise SegmentRunError(f"segment {k + 1} ({spec.file}) failed: {exc}") from exc
+        if self._rt.slowdown > 1:
+            time.sleep((time.perf_counter() - t0) * (self._rt.slowdown - 1))
         ms = (time.perf_counter() - t0) * 1e3
         logits = outs[-1].numpy()[0]
         if spec.features is not None:

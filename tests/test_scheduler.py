@@ -60,3 +60,22 @@ def test_dynamic_index_answers_with_the_best_exit_seen(runtime: ModelRuntime) ->
         d = sched.analyse(runtime.preprocess(frame(seed)), 1e6)
         assert d.exit_index < d.exits_run <= 3
         assert d.result is not None and d.result.exit_index == d.exit_index
+
+
+def test_without_truncation_a_baseline_runs_past_the_deadline(runtime: ModelRuntime) -> None:
+    sched = FrameScheduler(runtime, FixedExit(3), max_depth_step=3, truncate=False)
+    d = sched.analyse(runtime.preprocess(frame(3)), compute_budget_ms=0.0)
+    assert d.exits_run == 3 and d.exit_index == 2 and d.horizon == 1, "runs all exits; only exit 1 'fit'"
+    assert not d.deadline_met
+
+
+def test_emulated_slowdown_scales_measured_segment_times(runtime: ModelRuntime) -> None:
+    slow = ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=1, slowdown=5.0)
+    x = runtime.preprocess(frame(4))
+    fast_ms = [FrameScheduler(runtime, FixedExit(3), 3).analyse(x, 1e6).segments_ms for _ in range(5)]
+    slow_ms = [FrameScheduler(slow, FixedExit(3), 3).analyse(x, 1e6).segments_ms for _ in range(5)]
+    ratio = np.median([sum(s) for s in slow_ms]) / np.median([sum(f) for f in fast_ms])
+    assert 3.0 < ratio < 8.0, f"x5 slowdown measured as x{ratio:.2f}"
+    assert FrameScheduler(slow, FixedExit(3)).predicted_costs_ms()[0] > 2 * FrameScheduler(runtime, FixedExit(3)).predicted_costs_ms()[0]
+    with pytest.raises(ValueError):
+        ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=0, slowdown=0.5)
