@@ -40,16 +40,28 @@ async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: 
             "() => window.edge.error || (window.edge.results >= 300 && window.edge.lastResult.rtt_source === 'rtcp'"
             " && window.edge.framesDecoded > 60 && window.edge.browserRttMs !== null)", timeout=60_000)
         edge = await page.evaluate("() => ({error: edge.error, state: edge.state, recent: edge.recent, "
-                                   "framesDecoded: edge.framesDecoded, browserRttMs: edge.browserRttMs})")
+                                   "framesDecoded: edge.framesDecoded, browserRttMs: edge.browserRttMs, "
+                                   "sources: edge.recent.map((r) => r.stamp === null ? null : "
+                                   "(edge.probe.sent[r.stamp] || [null, null])[1]), "
+                                   "latency: probeLatencies(edge.probe), probeErrors: edge.probe.errors})")
         await page.wait_for_timeout(500)  # let the charts draw the last points
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
     assert edge["error"] is None, edge["error"]
     assert edge["state"] == "connected"
+    # probe mode: the page re-stamps each camera frame with its own counter and remembers the y4m's stamp
     results = edge["recent"][-240:]  # after the first seconds, in which the browser's encoder ramps up
-    stamped = [r for r in results if r["stamp"] is not None and r["stamp"] < video.num_frames]
-    assert len(stamped) >= 0.9 * len(results), "the y4m frame counter should survive the browser's VP8"
-    accuracy = float(np.mean([r["raw"]["class"] == video.label_of_stamp(r["stamp"]) for r in stamped]))
+    sources = edge["sources"][-240:]
+    stamped = [(r, s) for r, s in zip(results, sources, strict=True) if s is not None and s < video.num_frames]
+    assert len(stamped) >= 0.9 * len(results), "both frame counters should survive the browser's VP8"
+    accuracy = float(np.mean([r["raw"]["class"] == video.label_of_stamp(s) for r, s in stamped]))
+    lat = edge["latency"]
+    assert edge["probeErrors"] == [], edge["probeErrors"]
+    assert lat["results"] >= 300 and lat["displays"] >= 60, lat
+    assert 0 < lat["result_p50"] <= lat["result_p95"] < 1000, lat
+    assert 0 < lat["display_p50"] <= lat["display_p95"] < 1000, lat
+    print(f"glass to glass on loopback: result p50 {lat['result_p50']:.1f} ms p95 {lat['result_p95']:.1f} ms, "
+          f"display p50 {lat['display_p50']:.1f} ms p95 {lat['display_p95']:.1f} ms")
     last = results[-1]
     print(f"browser: {len(results)} results, raw accuracy {accuracy:.3f}, server RTT {last['network']['rtt_ms']:.2f} "
           f"ms, browser RTT {edge['browserRttMs']:.2f} ms, bitrate {last['network']['bitrate_bps']:.0f}, "

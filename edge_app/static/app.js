@@ -8,7 +8,9 @@ const params = new URLSearchParams(location.search);
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
   exitCounts: [0, 0, 0], browserRttMs: null, framesDecoded: 0, videoFps: null, pc: null, channel: null,
+  probe: params.has("probe") ? newProbe() : null,  // probe.js: per-frame glass-to-glass records
 };
+const PROBE_KEEP = 100_000;  // result records kept in probe mode (about 55 minutes at 30 fps)
 const KEEP = 600;  // recent results kept for tests and the exit histogram
 
 const charts = {
@@ -75,7 +77,10 @@ async function connect() {
     if (camera === null) {
       const stream = await navigator.mediaDevices.getUserMedia({
         video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } }, audio: false });
-      for (const t of stream.getVideoTracks()) pc.addTrack(t, stream);
+      for (const t of stream.getVideoTracks()) {
+        if (edge.probe) { const st = stampedTrack(t, edge.probe); pc.addTrack(st, new MediaStream([st])); }
+        else pc.addTrack(t, stream);
+      }
       edge.localStream = stream;
     } else {
       pc.addTransceiver("video", { direction: "recvonly" });
@@ -108,6 +113,10 @@ function onMessage(channel, data) {
   try { msg = JSON.parse(data); } catch { return; }
   if (msg.type === "ping") { channel.send(JSON.stringify({ type: "pong", id: msg.id })); return; }
   if (msg.type !== "result") return;
+  if (edge.probe) {
+    msg.arrival_ms = wallMs();
+    if (edge.probe.results.length < PROBE_KEEP) edge.probe.results.push(msg);
+  }
   edge.results += 1;
   edge.lastResult = msg;
   edge.recent.push(msg);
@@ -155,6 +164,10 @@ async function pollStats() {
   charts.rate.push(t, [rate, recv]);
   $("browser-rtt").textContent = rtt === null ? "–" : `${rtt.toFixed(1)} ms`;
   $("fps").textContent = edge.videoFps === null ? "–" : `${edge.videoFps.toFixed(0)} fps`;
+  if (edge.probe) {
+    const l = probeLatencies(edge.probe), f = (v) => (v === null ? "–" : `${v.toFixed(0)}`);
+    $("g2g").textContent = `result ${f(l.result_p50)} / ${f(l.result_p95)} ms, display ${f(l.display_p50)} / ${f(l.display_p95)} ms (p50 / p95)`;
+  }
 }
 
 async function refreshStatus() {
@@ -180,6 +193,7 @@ async function refreshStatus() {
 }
 
 $("connect").onclick = connect;
+if (edge.probe) { watchDisplay($("video"), edge.probe); $("g2g-row").hidden = false; }
 $("disconnect").onclick = disconnect;
 setState("idle");
 refreshStatus();
