@@ -179,10 +179,42 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--seconds", type=float, default=120.0)
     bs.add_argument("--hold", type=float, default=1.0, help="seconds each image stays in view")
     bs.set_defaults(func=cmd_bench_smoothing)
+    nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "
+                                              "(root: network namespaces)")
+    nb.add_argument("--trace", action="append", default=None,
+                    help="trace CSV or shipped name (steady, step, bursty, drift, short-step); repeatable "
+                         "(default: step and bursty)")
+    nb.add_argument("--policy", action="append", default=None, help="policy to run, repeatable (default: all five)")
+    nb.add_argument("--total-budget-ms", type=float, default=250.0)
+    nb.add_argument("--safety-margin-ms", type=float, default=5.0)
+    nb.add_argument("--slowdown", type=float, default=1.0, help="emulated device slowdown ([model] emulated_slowdown)")
+    nb.add_argument("--lead", type=float, default=12.0, help="seconds connected before the trace starts")
+    nb.add_argument("--out", type=Path, default=Path("artifacts/bench-network"))
+    nb.set_defaults(func=cmd_bench_network)
     e = sub.add_parser("export", help="build data, train and export a model folder (python -m exporter ...)")
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")
     e.set_defaults(func=cmd_export)
     return ap
+
+
+def cmd_bench_network(args: argparse.Namespace) -> int:
+    from edge_app.netbench.bench import POLICIES, BenchOptions, bench_network
+    from edge_app.netbench.netns import NetnsUnavailable
+    from edge_app.netbench.trace import TraceError
+
+    policies = args.policy or list(POLICIES)
+    if unknown := [p for p in policies if p not in POLICIES]:
+        print(f"error: unknown --policy {unknown}; choose from {list(POLICIES)}", file=sys.stderr)
+        return 2
+    opts = BenchOptions(total_budget_ms=args.total_budget_ms, safety_margin_ms=args.safety_margin_ms,
+                        slowdown=args.slowdown, lead_s=args.lead)
+    try:
+        bench_network(args.trace or ["step", "bursty"], policies, opts, args.out)
+    except (NetnsUnavailable, FileNotFoundError, TraceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"per-frame CSV, time series PNGs and summaries under {args.out}/")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,34 +128,16 @@ def skip_or_fail(reason: str) -> None:
 
 # --- headless Chromium ----------------------------------------------------------------------------------------
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",  # as root, no GPU, small /dev/shm in containers
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-    "--allow-loopback-in-peer-connection", "--disable-features=WebRtcHideLocalIpsWithMdns",
-    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-    "--autoplay-policy=no-user-gesture-required",
-]
-
-
 @contextlib.asynccontextmanager
 async def chromium_page(fake_camera: Path | None = None) -> AsyncIterator[Any]:
-    """A page in Debian's headless Chromium (Playwright's own browser download does not work here)."""
+    """A page in Debian's headless Chromium (the same launcher the network benchmark's driver uses)."""
+    from edge_app.netbench.driver import CHROMIUM
+    from edge_app.netbench.driver import chromium_page as launch
+
     if shutil.which(CHROMIUM) is None:
         skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")
-    from playwright.async_api import async_playwright
-
-    args = list(CHROMIUM_ARGS)
-    if fake_camera is not None:
-        args.append(f"--use-file-for-fake-video-capture={fake_camera}")
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
-        try:
-            page = await browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: print(f"[browser] {m.type}: {m.text}"))
-            yield page
-        finally:
-            await browser.close()
+    async with launch(fake_camera) as page:
+        yield page
 
 
 @pytest.fixture

@@ -1,0 +1,5 @@
+"""``python -m edge_app`` is ``edge-app``."""
+
+from edge_app.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,337 @@
+"""``edge-app bench-network``: every policy through the real browser and an impaired network path.
+
+For each trace and policy: the app serves in the app namespace (one config per policy, written to the
+output folder), the bridge replays the trace in the middle namespace, and headless Chromium in the client
+namespace sends a labelled, stamped demo video in probe mode.  The trace's t = 0 is ``--lead`` seconds
+after the start, so that the page is connected and RTCP has measured the path before anything changes.
+From the page's records each frame gets: its stamping time, the delay the bridge applied then, the
+server's RTT estimate and compute budget, the exits run and the exit used, the answer and the video's
+ground-truth label, and whether the result reached the page within ``total_budget_ms`` of stamping.
+Writes per run ``frames.csv``, a PNG time series and the logs; per trace ``summary.md`` and
+``summary.json``.  Needs root (namespaces), Debian's chromium and the demo split (python -m exporter data).
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_app.netbench import netns
+from edge_app.netbench.trace import Trace, load_trace
+from streams.testvideo import LabelledVideo, write_y4m
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[2]
+PORT = 8080
+
+POLICIES: dict[str, dict[str, Any]] = {
+    "dynamic-index": {"kind": "dynamic-index"},
+    "fixed-3 (no truncation)": {"kind": "fixed", "fixed_exit": 3, "truncate": False},
+    "fixed-1": {"kind": "fixed", "fixed_exit": 1},
+    "budget-greedy": {"kind": "budget-greedy"},
+    "confidence-0.9": {"kind": "confidence", "threshold": 0.9},
+}
+SLUG = {"dynamic-index": "dynamic-index", "fixed-3 (no truncation)": "fixed-3", "fixed-1": "fixed-1",
+        "budget-greedy": "budget-greedy", "confidence-0.9": "confidence-0.9"}
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    total_budget_ms: float = 250.0
+    safety_margin_ms: float = 5.0
+    slowdown: float = 1.0
+    lead_s: float = 12.0
+    model: Path = REPO / "models" / "default"
+    video_npz: Path = REPO / "data" / "demo" / "test.npz"
+
+
+@dataclass
+class FrameRecord:
+    t_s: float  # stamping time, seconds from the trace's t = 0
+    counter: int
+    applied_rtt_ms: float  # what the bridge applied at stamping time
+    rtt_estimate_ms: float
+    rtt_from_prior: bool
+    compute_budget_ms: float
+    exit: int  # 1-based exit used
+    exits_run: int
+    horizon: int
+    compute_ms: float
+    label: int
+    answer: int  # raw class of the exit used
+    smoothed: int
+    to_result_ms: float  # stamping -> result at the page
+    to_display_ms: float | None  # stamping -> annotated frame displayed
+    to_server_ms: float  # stamping -> the frame decoded at the server (browser encode, uplink, decode)
+    server_ms: float  # decoded at the server -> result sent (wait, pre-process, compute, annotate)
+    hit: bool  # to_result_ms <= total_budget_ms
+
+    @property
+    def correct(self) -> bool:
+        return self.answer == self.label
+
+
+def config_text(policy: dict[str, Any], opts: BenchOptions) -> str:
+    pol = "".join(f"{k} = {json.dumps(v)}\n" for k, v in policy.items())
+    return (f'[server]\nhost = "{netns.APP_ADDR}"\nport = {PORT}\nice_host_addresses = ["{netns.APP_ADDR}"]\n\n'
+            f'[model]\npath = "{opts.model}"\nproviders = ["cpu"]\nemulated_slowdown = {opts.slowdown}\n\n'
+            f"[policy]\n{pol}\n"
+            f"[budget]\ntotal_budget_ms = {opts.total_budget_ms}\nsafety_margin_ms = {opts.safety_margin_ms}\n")
+
+
+def camera_video(npz: Path, out: Path) -> tuple[Path, LabelledVideo]:
+    if not npz.exists():
+        raise FileNotFoundError(f"{npz}: no demo split (make it with: python -m exporter data)")
+    with np.load(npz) as z:
+        video = LabelledVideo(z["images"][:150], z["labels"][:150], hold=3)
+    path = out / "camera.y4m"
+    if not path.exists():
+        write_y4m(path, video)
+    return path, video
+
+
+class AppliedDelay:
+    """The bridge's log: which one-way delay was in force at a wall-clock time."""
+
+    def __init__(self, log_path: Path) -> None:
+        rows = [json.loads(ln) for ln in log_path.read_text().splitlines() if ln.strip()]
+        changes = [r for r in rows if r["event"] in ("start", "change")]
+        self.walls = [r["wall"] for r in changes]
+        self.rtts = [2 * r["one_way_ms"] for r in changes]
+        self.summary = next((r for r in rows if r["event"] == "summary"), None)
+
+    def rtt_at(self, wall: float) -> float:
+        return self.rtts[max(0, bisect.bisect_right(self.walls, wall) - 1)]
+
+
+def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, duration: float, video: LabelledVideo,
+                  total_ms: float) -> tuple[list[FrameRecord], int]:
+    """Per-frame records of the frames stamped within the trace; and how many such frames had no result."""
+    sent = {c: (t, src) for c, t, src in page["sent"]}
+    displayed: dict[int, float] = {}
+    for c, t in page["displays"]:
+        displayed.setdefault(c, t)
+    in_window = {c for c, (t, _) in sent.items() if 0 <= (t / 1e3 - t0) < duration}
+    out: list[FrameRecord] = []
+    answered: set[int] = set()
+    for r in page["results"]:
+        c = r.get("stamp")
+        if c is None or c not in in_window or c in answered:
+            continue
+        t_ms, src = sent[c]
+        if src is None:
+            continue
+        answered.add(c)
+        to_result = r["arrival_ms"] - t_ms
+        shown = displayed.get(c)
+        out.append(FrameRecord(
+            t_s=t_ms / 1e3 - t0, counter=c, applied_rtt_ms=applied.rtt_at(t_ms / 1e3),
+            rtt_estimate_ms=r["network"]["rtt_ms"], rtt_from_prior=bool(r["network"]["rtt_from_prior"]),
+            compute_budget_ms=r["budget"]["compute_ms"], exit=r["exit"], exits_run=r["exits_run"],
+            horizon=r["horizon"], compute_ms=r["costs"]["actual_ms"], label=video.label_of_stamp(src),
+            answer=r["raw"]["class"], smoothed=r["smoothed"]["class"], to_result_ms=to_result,
+            to_display_ms=None if shown is None else shown - t_ms, to_server_ms=r["arrived_unix_ms"] - t_ms,
+            server_ms=r["latency_ms"], hit=to_result <= total_ms))
+    out.sort(key=lambda f: f.t_s)
+    return out, len(in_window) - len(answered)
+
+
+def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace) -> dict[str, Any]:
+    if not frames:
+        return {"frames": 0, "unanswered": unanswered}
+    good_rtt = min(s.rtt_ms for s in trace.steps)
+    good = [f for f in frames if f.applied_rtt_ms <= good_rtt + 1e-6]
+    bad = [f for f in frames if f.applied_rtt_ms > good_rtt + 1e-6]
+    after = [f for f in frames if any(w <= f.t_s < w + 1.0 for w in trace.worsenings())]
+    res = np.array([f.to_result_ms for f in frames])
+    disp = np.array([f.to_display_ms for f in frames if f.to_display_ms is not None])
+
+    def acc(fs: list[FrameRecord]) -> float | None:
+        return float(np.mean([f.correct for f in fs])) if fs else None
+
+    def pct(a: np.ndarray, q: float) -> float | None:
+        return float(np.percentile(a, q)) if len(a) else None
+
+    return {
+        "frames": len(frames), "unanswered": unanswered,
+        "deadline_hit_rate": float(np.mean([f.hit for f in frames])),
+        "accuracy": acc(frames), "accuracy_good": acc(good), "accuracy_bad": acc(bad),
+        "smoothed_accuracy": float(np.mean([f.smoothed == f.label for f in frames])),
+        "hit_rate_good": float(np.mean([f.hit for f in good])) if good else None,
+        "hit_rate_bad": float(np.mean([f.hit for f in bad])) if bad else None,
+        "mean_compute_ms": float(np.mean([f.compute_ms for f in frames])),
+        "mean_exit": float(np.mean([f.exit for f in frames])),
+        "mean_exit_good": float(np.mean([f.exit for f in good])) if good else None,
+        "mean_exit_bad": float(np.mean([f.exit for f in bad])) if bad else None,
+        "misses_after_worsening": int(sum(not f.hit for f in after)), "frames_after_worsening": len(after),
+        "to_result_p50_ms": pct(res, 50), "to_result_p95_ms": pct(res, 95),
+        "to_display_p50_ms": pct(disp, 50), "to_display_p95_ms": pct(disp, 95),
+        "to_server_p50_ms": pct(np.array([f.to_server_ms for f in frames]), 50),
+        "server_p50_ms": pct(np.array([f.server_ms for f in frames]), 50),
+    }
+
+
+def plot_run(frames: list[FrameRecord], trace: Trace, policy: str, total_ms: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = np.array([f.t_s for f in frames])
+    fig, ax = plt.subplots(4, 1, figsize=(11, 8.5), sharex=True, gridspec_kw={"height_ratios": [2, 2, 1.2, 2]})
+    ax[0].step([s.t_s for s in trace.steps] + [trace.duration_s], [s.rtt_ms for s in trace.steps]
+               + [trace.steps[-1].rtt_ms], where="post", color="#9ca3af", lw=3, label="trace RTT")
+    ax[0].plot(t, [f.applied_rtt_ms for f in frames], color="#111827", lw=1, label="applied RTT (bridge log)")
+    ax[0].plot(t, [f.rtt_estimate_ms for f in frames], color="#2563eb", lw=1.2, label="server RTT estimate (RTCP)")
+    ax[0].set_ylabel("ms")
+    ax[0].legend(loc="upper right", fontsize=8)
+    ax[1].plot(t, [f.compute_budget_ms for f in frames], color="#16a34a", lw=1, label="compute budget")
+    ax[1].plot(t, [f.compute_ms for f in frames], color="#dc2626", lw=0.8, label="compute used")
+    ax[1].set_ylabel("ms")
+    ax[1].set_ylim(bottom=min(0, min((f.compute_budget_ms for f in frames), default=0)))
+    ax[1].legend(loc="upper right", fontsize=8)
+    ax[2].scatter(t, [f.exit for f in frames], s=4, color="#7c3aed", label="exit used")
+    ax[2].set_yticks([1, 2, 3])
+    ax[2].set_ylabel("exit")
+    ax[2].set_ylim(0.5, 3.5)
+    ax[3].plot(t, [f.to_result_ms for f in frames], color="#6b7280", lw=0.8, label="stamping -> result at page")
+    ax[3].axhline(total_ms, color="#f59e0b", ls="--", lw=1, label=f"deadline {total_ms:.0f} ms")
+    miss = [f for f in frames if not f.hit]
+    ax[3].scatter([f.t_s for f in miss], [f.to_result_ms for f in miss], s=10, color="#dc2626", zorder=3,
+                  label=f"misses ({len(miss)})")
+    ax[3].set_ylabel("ms")
+    ax[3].set_xlabel("seconds into the trace")
+    ax[3].legend(loc="upper right", fontsize=8)
+    for a in ax:
+        for w in trace.worsenings():
+            a.axvline(w, color="#fca5a5", lw=0.8)
+    s = summarise(frames, 0, trace)
+    fig.suptitle(f"{policy} on {Path(trace.name).stem}: deadline hit {100 * s['deadline_hit_rate']:.1f} %, "
+                 f"accuracy {100 * s['accuracy']:.1f} %, mean compute {s['mean_compute_ms']:.1f} ms")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_frames_csv(frames: list[FrameRecord], path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        fields = list(asdict(frames[0]).keys()) if frames else []
+        w.writerow([*fields, "correct"])
+        for fr in frames:
+            w.writerow([getattr(fr, k) for k in fields] + [fr.correct])
+
+
+def _wait_exit(p: subprocess.Popen[bytes], timeout: float) -> None:
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(5)
+
+
+def run_one(ns: netns.Namespaces, trace_path: Path, trace: Trace, policy: str, opts: BenchOptions, out: Path,
+            camera: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = out / "config.toml"
+    cfg.write_text(config_text(POLICIES[policy], opts))
+    py = sys.executable
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with (out / "app.log").open("wb") as app_log, (out / "driver.log").open("wb") as drv_log:
+        app = subprocess.Popen(["ip", "netns", "exec", ns.app, py, "-m", "edge_app", "serve", "--config", str(cfg)],
+                               stdout=app_log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        t0 = time.time() + opts.lead_s
+        bridge_log = out / "bridge.jsonl"
+        bridge_log.unlink(missing_ok=True)
+        bridge = subprocess.Popen(["ip", "netns", "exec", ns.mid, py, "-m", "edge_app.netbench.bridge",
+                                   netns.MID_TO_APP, netns.MID_TO_CLI, "--trace", str(trace_path),
+                                   "--start-at", repr(t0), "--log", str(bridge_log)], env=env, cwd=REPO)
+        try:
+            until = t0 + trace.duration_s + 1.5  # the last frames' results are still on their way
+            drv = subprocess.run(["ip", "netns", "exec", ns.cli, py, "-m", "edge_app.netbench.driver",
+                                  "--url", f"http://{netns.APP_ADDR}:{PORT}/?probe=1", "--camera", str(camera),
+                                  "--until", repr(until), "--out", str(out / "page.json"),
+                                  "--screenshot", str(out / "page.png")],
+                                 stdout=drv_log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                 timeout=opts.lead_s + trace.duration_s + 90, check=False)
+        finally:
+            bridge.terminate()
+            _wait_exit(bridge, 10)
+            app.terminate()
+            _wait_exit(app, 15)
+    if drv.returncode != 0 or not (out / "page.json").exists():
+        tail = (out / "driver.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{policy}: the browser run failed (exit {drv.returncode}); {out / 'driver.log'}:\n{tail}")
+    page = json.loads((out / "page.json").read_text())
+    applied = AppliedDelay(bridge_log)
+    with np.load(opts.video_npz) as z:
+        video = LabelledVideo(z["images"][:150], z["labels"][:150], hold=3)
+    frames, unanswered = frame_records(page, applied, t0, trace.duration_s, video, opts.total_budget_ms)
+    write_frames_csv(frames, out / "frames.csv")
+    summary = summarise(frames, unanswered, trace)
+    summary["bridge"] = applied.summary
+    if frames:
+        plot_run(frames, trace, policy, opts.total_budget_ms, out / "timeseries.png")
+    return summary
+
+
+def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "–" if v is None else f"{v * scale:.{digits}f}"
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    head = ("| policy | frames | deadline hit % | hit % (good / bad) | accuracy % | accuracy good / bad % "
+            "| mean compute ms | mean exit (good / bad) | misses in 1st s after worsening | result p50 / p95 ms "
+            "| display p50 / p95 ms | no result |")
+    rows = [head, "|" + "---|" * 12]
+    for name, s in results.items():
+        if not s.get("frames"):
+            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} |")
+            continue
+        rows.append(
+            f"| {name} | {s['frames']} | {_fmt(s['deadline_hit_rate'], 100)} | {_fmt(s['hit_rate_good'], 100)} / "
+            f"{_fmt(s['hit_rate_bad'], 100)} | {_fmt(s['accuracy'], 100)} | {_fmt(s['accuracy_good'], 100)} / "
+            f"{_fmt(s['accuracy_bad'], 100)} | {_fmt(s['mean_compute_ms'])} | {_fmt(s['mean_exit_good'], 1, 2)} / "
+            f"{_fmt(s['mean_exit_bad'], 1, 2)} | {s['misses_after_worsening']} of {s['frames_after_worsening']} | "
+            f"{_fmt(s['to_result_p50_ms'], 1, 0)} / {_fmt(s['to_result_p95_ms'], 1, 0)} | "
+            f"{_fmt(s['to_display_p50_ms'], 1, 0)} / {_fmt(s['to_display_p95_ms'], 1, 0)} | {s['unanswered']} |")
+    return "\n".join(rows)
+
+
+def bench_network(traces: list[str], policies: list[str], opts: BenchOptions, out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    camera, _ = camera_video(opts.video_npz, out)
+    report: dict[str, Any] = {"options": {k: str(v) for k, v in asdict(opts).items()}, "traces": {}}
+    with netns.namespaces() as ns:
+        for tr_name in traces:
+            trace = load_trace(tr_name)
+            trace_path = Path(trace.name)
+            per: dict[str, dict[str, Any]] = {}
+            for i, pol in enumerate(policies, 1):
+                started = time.monotonic()
+                print(f"[{trace_path.stem}] {i}/{len(policies)} {pol}: {opts.lead_s + trace.duration_s:.0f} s ...",
+                      flush=True)
+                per[pol] = run_one(ns, trace_path, trace, pol, opts, out / trace_path.stem / SLUG[pol], camera)
+                s = per[pol]
+                print(f"    {s.get('frames', 0)} frames, deadline hit "
+                      f"{_fmt(s.get('deadline_hit_rate'), 100)} %, accuracy {_fmt(s.get('accuracy'), 100)} % "
+                      f"({time.monotonic() - started:.0f} s)", flush=True)
+            md = (f"## {trace_path.stem} (total budget {opts.total_budget_ms:.0f} ms, emulated slowdown "
+                  f"x{opts.slowdown:g}, margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n")
+            (out / trace_path.stem / "summary.md").write_text(md)
+            (out / trace_path.stem / "summary.json").write_text(json.dumps(per, indent=1))
+            print("\n" + md, flush=True)
+            report["traces"][trace_path.stem] = per
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    return report
