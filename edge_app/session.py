@@ -6,10 +6,12 @@ analysis.  Either way it gets the annotated video on its outbound track
 (when its offer has a video m-line) and one JSON result per frame on the
 data channel the browser opened (when it opened one).
 
-Network estimate: RTT from the RTCP receiver reports on the video we send
-back (``streams.aiortc_adapter``), or, for a data-channel-only peer, from
-ping/pong messages on the channel; bitrate from the REMB-driven encoder
-target.  Until the first sample the configured priors are used.
+Network estimate: RTT samples from each RTCP receiver report on the video we
+send back (``streams.aiortc_adapter.tap_rtcp_rtt``, about one a second) and
+from ping/pong messages on the data channel (four a second, so a step in the
+path's delay is seen within half a second), into one ``RttEstimator``;
+bitrate from the REMB-driven encoder target.  Until the first sample the
+configured priors are used.
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ from aiortc.mediastreams import MediaStreamError
 from edge_app.budget import expected_frame_bytes
 from edge_app.config import BudgetConfig
 from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
-from streams.aiortc_adapter import receiver_bitrate_estimate_bps, sender_rtt_ms, sender_target_bitrate_bps
+from streams.aiortc_adapter import receiver_bitrate_estimate_bps, sender_target_bitrate_bps, tap_rtcp_rtt
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.webrtc import OutboundVideoTrack, TrackReader
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5  # how often the RTCP-derived estimates are read
-PING_S = 1.0  # data-channel ping interval
+PING_S = 0.25  # data-channel ping interval: RTT samples between receiver reports (about one a second)
 MAX_BUFFERED_BYTES = 256 * 1024  # results beyond this are dropped (and counted), not queued
 MAX_MESSAGE_BYTES = 4096  # the client sends only small control messages
 JSON_RESULT_BYTES = 1200.0  # what one result costs on the wire, for data-channel-only viewers
@@ -54,7 +56,7 @@ class PeerSession:
         self.created_s = time.monotonic()
         self.rtt = RttEstimator(budget.rtt_prior_ms)
         self.bitrate = BitrateEstimator(budget.bitrate_prior_kbps * 1e3)
-        self.rtt_source = "prior"
+        self.rtt_sources: set[str] = set()  # what has given RTT samples: "rtcp", "datachannel"
         self.receive_estimate_bps: int | None = None
         self.outbound: OutboundVideoTrack | None = None
         self.video_sender: RTCRtpSender | None = None
@@ -66,7 +68,6 @@ class PeerSession:
         self.bad_messages = 0
         self._fps = 0.0
         self._sent_at_poll = (self.created_s, 0)
-        self._last_rtcp_rtt: float | None = None
         self._pings: dict[int, float] = {}
         self._ping_id = 0
         self._tasks: list[asyncio.Task[Any]] = []
@@ -85,6 +86,7 @@ class PeerSession:
         """Send annotated video on the offer's video m-line (aiortc reuses the offered transceiver)."""
         self.outbound = OutboundVideoTrack(self._on_video_dropped)
         self.video_sender = self.pc.addTrack(self.outbound)
+        tap_rtcp_rtt(self.video_sender, lambda ms: self._rtt_sample(ms, "rtcp"))
 
     def attach_channel(self, channel: RTCDataChannel) -> None:
         self.channel = channel
@@ -132,10 +134,8 @@ class PeerSession:
         kind = msg.get("type") if isinstance(msg, dict) else None
         if kind == "pong" and isinstance(msg.get("id"), int):
             sent = self._pings.pop(msg["id"], None)
-            if sent is not None and self.video_sender is None:  # with video, RTCP gives the RTT
-                now = time.monotonic()
-                self.rtt.add(now, (now - sent) * 1e3)
-                self.rtt_source = "datachannel"
+            if sent is not None:
+                self._rtt_sample((time.monotonic() - sent) * 1e3, "datachannel")
         elif kind == "ping":
             self._send({"type": "pong", "id": msg.get("id")})
         else:
@@ -152,6 +152,15 @@ class PeerSession:
 
     # --- network estimate -----------------------------------------------------------------------------------
 
+    @property
+    def rtt_source(self) -> str:
+        """"rtcp", "datachannel", both joined by "+", or "prior" before the first sample."""
+        return "+".join(sorted(self.rtt_sources, reverse=True)) or "prior"
+
+    def _rtt_sample(self, rtt_ms: float, source: str) -> None:
+        self.rtt.add(time.monotonic(), rtt_ms)
+        self.rtt_sources.add(source)
+
     def network_view(self) -> NetworkView:
         est = snapshot(self.rtt, self.bitrate)
         frame_bytes = (expected_frame_bytes(est.bitrate_bps, self._fps or 30.0) if self.outbound is not None
@@ -164,11 +173,6 @@ class PeerSession:
             await asyncio.sleep(POLL_S)
             now = time.monotonic()
             if self.video_sender is not None:
-                rtt = sender_rtt_ms(self.video_sender)
-                if rtt is not None and rtt != self._last_rtcp_rtt:  # a new receiver report
-                    self._last_rtcp_rtt = rtt
-                    self.rtt.add(now, rtt)
-                    self.rtt_source = "rtcp"
                 target = sender_target_bitrate_bps(self.video_sender)
                 if target is not None:
                     self.bitrate.add(target)

@@ -5,7 +5,10 @@ aiortc computes what we need but does not expose all of it:
 * RTT: ``RTCRtpSender`` keeps an EWMA of receiver-report RTTs in ``__rtt``
   (seconds; ``None`` for the first seconds).  It equals ``roundTripTime`` of
   the ``remote-inbound-rtp`` stats entry, so the public ``getStats()`` is the
-  fallback.
+  fallback.  That EWMA keeps 85 % of the old value per report (about one a
+  second), so it takes many seconds to follow a step; ``tap_rtcp_rtt`` gives
+  each report's own sample instead, computed as aiortc does (now - LSR time -
+  DLSR) from the sender's ``__lsr``/``__lsr_time``.
 * Bitrate: REMB from the peer sets the sender's encoder ``target_bitrate``;
   the receiver's own estimate is its remote bitrate estimator's
   ``rate_control.current_bitrate``, meaningful once
@@ -17,9 +20,15 @@ any of this; ``tests/test_aiortc_adapter.py`` calls it.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
+from aiortc.rtp import RtcpRrPacket, RtcpSrPacket
+
 SENDER_RTT = "_RTCRtpSender__rtt"
+SENDER_LSR = "_RTCRtpSender__lsr"  # middle 32 bits of the NTP time of the last SR sent
+SENDER_LSR_TIME = "_RTCRtpSender__lsr_time"  # time.time() when it was sent
 SENDER_ENCODER = "_RTCRtpSender__encoder"  # created when the first frame is sent
 RECEIVER_ESTIMATOR = "_RTCRtpReceiver__remote_bitrate_estimator"
 
@@ -30,9 +39,8 @@ class AiortcInternalsError(RuntimeError):
 
 def check_internals(sender: Any, receiver: Any) -> None:
     """Raise ``AiortcInternalsError`` listing every private name that is missing on a video sender/receiver."""
-    missing = []
-    if not hasattr(sender, SENDER_RTT):
-        missing.append(f"RTCRtpSender.{SENDER_RTT}")
+    missing = [f"RTCRtpSender.{name}" for name in (SENDER_RTT, SENDER_LSR, SENDER_LSR_TIME, "_ssrc",
+                                                    "_handle_rtcp_packet") if not hasattr(sender, name)]
     est = getattr(receiver, RECEIVER_ESTIMATOR, None)
     if est is None:
         missing.append(f"RTCRtpReceiver.{RECEIVER_ESTIMATOR}")
@@ -49,6 +57,25 @@ def sender_rtt_ms(sender: Any) -> float | None:
     """The sender's smoothed RTT from receiver reports, in ms; None until the first report."""
     rtt = getattr(sender, SENDER_RTT, None)
     return None if rtt is None else float(rtt) * 1e3
+
+
+def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None]) -> None:
+    """Call ``on_sample(rtt_ms)`` with the RTT of every receiver report the sender gets (unsmoothed).
+
+    Wraps this sender instance's ``_handle_rtcp_packet`` (aiortc's DTLS transport calls it per RTCP
+    packet); the sample is computed before aiortc handles the packet, exactly as aiortc computes its own.
+    """
+    original = sender._handle_rtcp_packet
+
+    async def handle(packet: Any) -> None:
+        if isinstance(packet, RtcpRrPacket | RtcpSrPacket):
+            lsr, lsr_time = getattr(sender, SENDER_LSR, None), getattr(sender, SENDER_LSR_TIME, None)
+            for report in packet.reports:
+                if report.ssrc == sender._ssrc and lsr_time is not None and report.lsr == lsr and report.dlsr:
+                    on_sample((time.time() - lsr_time - report.dlsr / 65536) * 1e3)
+        await original(packet)
+
+    sender._handle_rtcp_packet = handle
 
 
 def sender_target_bitrate_bps(sender: Any) -> int | None:

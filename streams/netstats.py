@@ -1,9 +1,12 @@
 """Network estimates from RTCP feedback: pure arithmetic, no aiortc, no asyncio.
 
-``RttEstimator`` smooths round-trip-time samples (EWMA over a sliding
-window, with odd samples clamped) and adds a trend term: the least-squares
-slope of the recent samples, when positive, is projected ``lookahead_s``
-ahead, so a worsening network is seen before the average catches up.  Until
+``RttEstimator`` smooths round-trip-time samples (EWMA, with odd samples
+clamped), follows a confirmed rise at once (the estimate is never below the
+smaller of the last two samples, so one spike does not move it but a step
+does within two samples) and adds a trend term: the least-squares slope of
+the recent samples, when positive, is projected ``lookahead_s`` ahead, so a
+worsening network is seen before the average catches up.  A falling RTT is
+followed at the EWMA's pace: degrade early, recover with care.  Until
 the first sample it answers with a configured prior.  ``BitrateEstimator``
 does the same for REMB / receive-side bitrate estimates, without the trend.
 """
@@ -53,6 +56,10 @@ class RttEstimator:
         v = min(max(rtt_ms, self.min_ms), self.max_ms)
         self._samples.append((t_s, v))
         self._ewma.add(v)
+        if len(self._samples) >= 2:  # a rise seen twice in a row is real: do not wait for the average
+            confirmed = min(self._samples[-1][1], self._samples[-2][1])
+            if self._ewma.value is not None and confirmed > self._ewma.value:
+                self._ewma.value = confirmed
 
     @property
     def has_samples(self) -> bool:

@@ -64,3 +64,18 @@ def test_horizon_counts_the_exits_that_fit() -> None:
     assert horizon(25, costs) == 2
     assert horizon(9, costs) == 1, "exit 1 always runs"
     assert horizon(-50, costs) == 1
+
+
+def test_a_step_up_is_followed_within_two_samples_and_a_step_down_gradually() -> None:
+    rtt = RttEstimator(prior_ms=50, alpha=0.3, lookahead_s=0.0)
+    for i in range(20):
+        rtt.add(i * 0.25, 20.0)
+    rtt.add(5.0, 150.0)
+    assert rtt.smoothed_ms < 70, "one sample is not yet a step"
+    rtt.add(5.25, 150.0)
+    assert rtt.smoothed_ms == pytest.approx(150.0), "two in a row are"
+    rtt.add(5.5, 20.0)
+    assert 100 < rtt.smoothed_ms < 150, "falls at the average's pace"
+    for i in range(12):
+        rtt.add(5.75 + i * 0.25, 20.0)
+    assert rtt.smoothed_ms < 25, "and is back within about three seconds at four samples a second"

@@ -112,7 +112,7 @@ class AppliedDelay:
         self.summary = next((r for r in rows if r["event"] == "summary"), None)
 
     def rtt_at(self, wall: float) -> float:
-        return self.rtts[max(0, bisect.bisect_right(self.walls, wall) - 1)]
+        return float(self.rtts[max(0, bisect.bisect_right(self.walls, wall) - 1)])
 
 
 def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, duration: float, video: LabelledVideo,
