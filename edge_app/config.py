@@ -76,6 +76,8 @@ class BudgetConfig(_Section):
     total_budget_ms: float = Field(250.0, gt=0, le=10_000, description="capture-to-result deadline")
     rtt_prior_ms: float = Field(50.0, ge=0, le=5_000, description="RTT assumed until RTCP reports one")
     bitrate_prior_kbps: float = Field(500.0, gt=0, le=1_000_000, description="bitrate assumed until REMB")
+    min_receive_kbps: float = Field(250.0, ge=0, le=100_000, description="floor of the bandwidth the browser is "
+                                    "asked to send (REMB); aiortc's estimator over-reacts to a step in delay; 0: off")
     safety_margin_ms: float = Field(5.0, ge=0, le=1_000, description="slack kept back from the budget")
 
 

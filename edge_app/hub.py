@@ -23,6 +23,7 @@ from edge_app.pipeline import AnalysisPipeline, NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
 from models.runtime import ModelRuntime
+from streams.aiortc_adapter import floor_remb
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.rtsp import Backoff, RtspCamera
@@ -104,6 +105,9 @@ class Hub:
         @pc.on("track")
         def on_track(track: Any) -> None:
             if track.kind == "video" and camera is None and session.own_pipeline is None:
+                for t in pc.getTransceivers():
+                    if t.receiver.track is track:
+                        floor_remb(t.receiver, int(self.config.budget.min_receive_kbps * 1000))
                 slot: LatestSlot[SourceFrame] = LatestSlot()
                 source = f"browser-{sid}"
                 session.reader = TrackReader(track, slot, source)

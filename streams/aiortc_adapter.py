@@ -85,6 +85,30 @@ def sender_target_bitrate_bps(sender: Any) -> int | None:
     return None if rate is None else int(rate)
 
 
+def floor_remb(receiver: Any, min_bps: int) -> bool:
+    """Never ask the peer (by REMB) for less than ``min_bps``; False when the receiver has no estimator.
+
+    aiortc's delay-based estimator reads a step in path delay as congestion and, with its rate control
+    assuming a 200 ms RTT, can keep asking a browser for ~70 kbit/s for tens of seconds after one step;
+    the browser then sends a few frames a second.  A floor (aiortc's own VP8 encoder keeps 250 kbit/s)
+    bounds that; on a link really narrower than the floor it costs queueing.
+    """
+    est = getattr(receiver, RECEIVER_ESTIMATOR, None)
+    if est is None or min_bps <= 0:
+        return False
+    original = est.add
+
+    def add(*args: Any, **kwargs: Any) -> Any:
+        remb = original(*args, **kwargs)
+        if remb is None:
+            return None
+        bitrate, ssrcs = remb
+        return max(int(bitrate), min_bps), ssrcs
+
+    est.add = add
+    return True
+
+
 def receiver_bitrate_estimate_bps(receiver: Any) -> int | None:
     """The receive-side bandwidth estimate for the incoming stream; None until it is initialised."""
     est = getattr(receiver, RECEIVER_ESTIMATOR, None)
