@@ -75,7 +75,7 @@ class ModelRuntime:
         if slowdown < 1:
             raise ValueError("slowdown must be >= 1")
         self.folder = folder
-        self.slowdown = slowdown  # >1 only in benchmarks: each segment takes this many times its real time
+        self.slowdown = slowdown  # >1 only in benchmarks: segment k takes at least slowdown x its calibrated median
         self.manifest = manifest
         self.sessions = sessions
         self.providers = sessions[0].get_providers()
@@ -97,10 +97,11 @@ class ModelRuntime:
              cost_window: int = 256, slowdown: float = 1.0) -> ModelRuntime:
         """Validate ``folder`` against its manifest, open the sessions and warm them up.
 
-        ``slowdown`` > 1 emulates a slower device (or a heavier model with the same exits): after each
-        segment the thread sleeps for ``slowdown - 1`` times the segment's real time, so measured costs,
-        and everything the scheduler decides from them, are scaled while the CPU stays free, as it is
-        while an accelerator computes.  Benchmarks only; logged as a warning.
+        ``slowdown`` > 1 emulates a slower device (or a heavier model with the same exits): each segment
+        is padded with a sleep until it has taken ``slowdown`` times its calibrated median cost (the
+        manifest's), so measured costs, and everything the scheduler decides from them, are scaled while
+        the CPU stays free, as it is while an accelerator computes.  A segment that is slower than that
+        (a busy CPU) is not padded, so contention still shows.  Benchmarks only; logged as a warning.
         """
         manifest = read_manifest(folder)
         names = resolve_providers(providers)
@@ -122,8 +123,8 @@ class ModelRuntime:
                         sessions[0].get_providers())
         rt = cls(folder, manifest, sessions, cost_window, slowdown)
         if slowdown != 1:
-            log.warning("emulated slowdown x%.2f: every segment is padded to %.2f times its real time",
-                        slowdown, slowdown)
+            log.warning("emulated slowdown x%.2f: segments padded to %s ms", slowdown,
+                        [round(ex.cpu_cost.median_ms * slowdown, 2) for ex in manifest.exits])
         rt.warm_up(warmup)
         log.info("model %s loaded from %s on %s", manifest.name, folder, rt.providers)
         return rt
@@ -189,7 +190,9 @@ class InferenceRun:
         except Exception as exc:  # onnxruntime's pybind errors have no common public base
             raise SegmentRunError(f"segment {k + 1} ({spec.file}) failed: {exc}") from exc
         if self._rt.slowdown > 1:
-            time.sleep((time.perf_counter() - t0) * (self._rt.slowdown - 1))
+            pad = self._rt.manifest.exits[k].cpu_cost.median_ms * self._rt.slowdown / 1e3 - (time.perf_counter() - t0)
+            if pad > 0:
+                time.sleep(pad)
         ms = (time.perf_counter() - t0) * 1e3
         logits = outs[-1].numpy()[0]
         if spec.features is not None:
