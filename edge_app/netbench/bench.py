@@ -48,9 +48,9 @@ SLUG = {"dynamic-index": "dynamic-index", "fixed-3 (no truncation)": "fixed-3", 
 
 @dataclass(frozen=True)
 class BenchOptions:
-    total_budget_ms: float = 250.0
-    safety_margin_ms: float = 5.0
-    slowdown: float = 1.0
+    total_budget_ms: float = 300.0
+    safety_margin_ms: float = 40.0
+    slowdown: float = 60.0
     lead_s: float = 12.0
     model: Path = REPO / "models" / "default"
     video_npz: Path = REPO / "data" / "demo" / "test.npz"
