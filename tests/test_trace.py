@@ -1,0 +1,50 @@
+"""The trace CSV format: parsing, errors that name the row and column, lookup, the shipped traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edge_app.netbench.trace import TRACES, TraceError, load_trace, parse_trace
+
+
+def test_rows_hold_until_the_next_and_rtt_is_split_per_direction() -> None:
+    tr = parse_trace("t_s,rtt_ms,jitter_ms,loss_pct,rate_kbit\n0,20,0,0,\n10,150,5,1,800\n20,20,,,\n", hold_s=5)
+    assert tr.duration_s == 25
+    assert tr.at(-1).one_way_ms == 10 and tr.at(9.99).one_way_ms == 10
+    s = tr.at(10)
+    assert (s.one_way_ms, s.rtt_ms, s.jitter_ms, s.loss_pct, s.rate_kbit) == (75, 150, 5, 1, 800)
+    assert tr.at(100).rate_kbit is None and tr.at(100).loss_pct == 0
+    assert tr.worsenings() == [10]
+
+
+def test_one_way_delay_column_and_comments() -> None:
+    tr = parse_trace("# a comment\nt_s,delay_ms\n0,5\n\n3,40\n")
+    assert [s.one_way_ms for s in tr.steps] == [5, 40] and tr.worsenings() == [3]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "empty trace"),
+    ("t_s,rtt_ms,bogus\n0,1,2\n", "unknown column"),
+    ("t_s,rtt_ms,delay_ms\n0,1,2\n", "exactly one of rtt_ms"),
+    ("t_s,rtt_ms\n1,20\n", "row 2 t_s: the first row must be at 0"),
+    ("t_s,rtt_ms\n0,20\n5,x\n", "row 3 rtt_ms: 'x' is not a number"),
+    ("t_s,rtt_ms\n0,20\n5,30\n5,40\n", "row 4 t_s: times must increase"),
+    ("t_s,rtt_ms,loss_pct\n0,20,150\n", "row 2 loss_pct: 150 is outside 0..100"),
+    ("t_s,rtt_ms\n0,20,7\n", "more values than columns"),
+    ("t_s,rtt_ms\n", "no rows"),
+])
+def test_bad_traces_name_the_row_and_column(text: str, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        parse_trace(text, "x.csv")
+
+
+def test_shipped_traces_load_by_name(tmp_path: Path) -> None:
+    names = sorted(p.stem for p in TRACES.glob("*.csv"))
+    assert {"steady", "step", "bursty", "drift", "short-step"} <= set(names)
+    step = load_trace("step")
+    assert [s.rtt_ms for s in step.steps] == [20, 150, 20] and step.duration_s == 60
+    assert load_trace("bursty").worsenings() == [10, 20, 30, 40]
+    with pytest.raises(TraceError, match=r"no such trace file.*shipped traces: bursty"):
+        load_trace(tmp_path / "missing.csv")
