@@ -14,6 +14,7 @@ Writes per run ``frames.csv``, a PNG time series and the logs; per trace ``summa
 from __future__ import annotations
 
 import bisect
+import contextlib
 import csv
 import json
 import logging
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from edge_app.netbench import netns
-from edge_app.netbench.trace import Trace, load_trace
+from edge_app.netbench.trace import Step, Trace, load_trace
 from streams.testvideo import LabelledVideo, write_y4m
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,13 @@ class FrameRecord:
         return self.answer == self.label
 
 
-def config_text(policy: dict[str, Any], opts: BenchOptions) -> str:
+LOOPBACK = "loopback"  # the trace name that runs app and browser on this machine's loopback, no bridge
+LOOPBACK_TRACE = Trace(LOOPBACK, (Step(0.0, 0.0),), hold_s=40.0)
+
+
+def config_text(policy: dict[str, Any], opts: BenchOptions, addr: str = netns.APP_ADDR) -> str:
     pol = "".join(f"{k} = {json.dumps(v)}\n" for k, v in policy.items())
-    return (f'[server]\nhost = "{netns.APP_ADDR}"\nport = {PORT}\nice_host_addresses = ["{netns.APP_ADDR}"]\n\n'
+    return (f'[server]\nhost = "{addr}"\nport = {PORT}\nice_host_addresses = ["{addr}"]\n\n'
             f'[model]\npath = "{opts.model}"\nproviders = ["cpu"]\nemulated_slowdown = {opts.slowdown}\n\n'
             f"[policy]\n{pol}\n"
             f"[budget]\ntotal_budget_ms = {opts.total_budget_ms}\nsafety_margin_ms = {opts.safety_margin_ms}\n")
@@ -104,8 +109,12 @@ def camera_video(npz: Path, out: Path) -> tuple[Path, LabelledVideo]:
 class AppliedDelay:
     """The bridge's log: which one-way delay was in force at a wall-clock time."""
 
-    def __init__(self, log_path: Path) -> None:
-        rows = [json.loads(ln) for ln in log_path.read_text().splitlines() if ln.strip()]
+    def __init__(self, log_path: Path | None) -> None:
+        rows: list[dict[str, Any]]
+        if log_path is None:  # loopback: nothing added
+            rows = [{"event": "start", "wall": 0.0, "one_way_ms": 0.0}]
+        else:
+            rows = [json.loads(ln) for ln in log_path.read_text().splitlines() if ln.strip()]
         changes = [r for r in rows if r["event"] in ("start", "change")]
         self.walls = [r["wall"] for r in changes]
         self.rtts = [2 * r["one_way_ms"] for r in changes]
@@ -241,33 +250,43 @@ def _wait_exit(p: subprocess.Popen[bytes], timeout: float) -> None:
         p.wait(5)
 
 
-def run_one(ns: netns.Namespaces, trace_path: Path, trace: Trace, policy: str, opts: BenchOptions, out: Path,
-            camera: Path) -> dict[str, Any]:
+def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy: str, opts: BenchOptions,
+            out: Path, camera: Path) -> dict[str, Any]:
+    """One policy on one trace; ``ns`` None runs app and browser on loopback with no bridge."""
     out.mkdir(parents=True, exist_ok=True)
+    addr = netns.APP_ADDR if ns is not None else "127.0.0.1"
     cfg = out / "config.toml"
-    cfg.write_text(config_text(POLICIES[policy], opts))
+    cfg.write_text(config_text(POLICIES[policy], opts, addr))
     py = sys.executable
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+    def inside(which: str) -> list[str]:
+        return [] if ns is None else ["ip", "netns", "exec", getattr(ns, which)]
+
+    bridge_log: Path | None = None
+    bridge: subprocess.Popen[bytes] | None = None
     with (out / "app.log").open("wb") as app_log, (out / "driver.log").open("wb") as drv_log:
-        app = subprocess.Popen(["ip", "netns", "exec", ns.app, py, "-m", "edge_app", "serve", "--config", str(cfg)],
+        app = subprocess.Popen([*inside("app"), py, "-m", "edge_app", "serve", "--config", str(cfg)],
                                stdout=app_log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         t0 = time.time() + opts.lead_s
-        bridge_log = out / "bridge.jsonl"
-        bridge_log.unlink(missing_ok=True)
-        bridge = subprocess.Popen(["ip", "netns", "exec", ns.mid, py, "-m", "edge_app.netbench.bridge",
-                                   netns.MID_TO_APP, netns.MID_TO_CLI, "--trace", str(trace_path),
-                                   "--start-at", repr(t0), "--log", str(bridge_log)], env=env, cwd=REPO)
+        if ns is not None:
+            bridge_log = out / "bridge.jsonl"
+            bridge_log.unlink(missing_ok=True)
+            bridge = subprocess.Popen([*inside("mid"), py, "-m", "edge_app.netbench.bridge",
+                                       netns.MID_TO_APP, netns.MID_TO_CLI, "--trace", str(trace_path),
+                                       "--start-at", repr(t0), "--log", str(bridge_log)], env=env, cwd=REPO)
         try:
             until = t0 + trace.duration_s + 1.5  # the last frames' results are still on their way
-            drv = subprocess.run(["ip", "netns", "exec", ns.cli, py, "-m", "edge_app.netbench.driver",
-                                  "--url", f"http://{netns.APP_ADDR}:{PORT}/?probe=1", "--camera", str(camera),
+            drv = subprocess.run([*inside("cli"), py, "-m", "edge_app.netbench.driver",
+                                  "--url", f"http://{addr}:{PORT}/?probe=1", "--camera", str(camera),
                                   "--until", repr(until), "--out", str(out / "page.json"),
                                   "--screenshot", str(out / "page.png")],
                                  stdout=drv_log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
                                  timeout=opts.lead_s + trace.duration_s + 90, check=False)
         finally:
-            bridge.terminate()
-            _wait_exit(bridge, 10)
+            if bridge is not None:
+                bridge.terminate()
+                _wait_exit(bridge, 10)
             app.terminate()
             _wait_exit(app, 15)
     if drv.returncode != 0 or not (out / "page.json").exists():
@@ -284,6 +303,21 @@ def run_one(ns: netns.Namespaces, trace_path: Path, trace: Trace, policy: str, o
     if frames:
         plot_run(frames, trace, policy, opts.total_budget_ms, out / "timeseries.png")
     return summary
+
+
+def latency_table(results: dict[str, dict[str, Any]]) -> str:
+    """Where the time goes, p50 per stage: stamping -> decoded at the server -> result sent -> at the page."""
+    rows = ["| policy | stamping → decoded at server | server (wait, compute, annotate) | result back to page "
+            "| stamping → result (p50 / p95) | result → frame displayed |", "|---|---|---|---|---|---|"]
+    for name, s in results.items():
+        if not s.get("frames"):
+            continue
+        down = s["to_result_p50_ms"] - s["to_server_p50_ms"] - s["server_p50_ms"]
+        shown = None if s["to_display_p50_ms"] is None else s["to_display_p50_ms"] - s["to_result_p50_ms"]
+        rows.append(f"| {name} | {_fmt(s['to_server_p50_ms'], 1, 0)} | {_fmt(s['server_p50_ms'], 1, 0)} | "
+                    f"{_fmt(down, 1, 0)} | {_fmt(s['to_result_p50_ms'], 1, 0)} / {_fmt(s['to_result_p95_ms'], 1, 0)} "
+                    f"| {_fmt(shown, 1, 0)} |")
+    return "\n".join(rows)
 
 
 def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
@@ -313,22 +347,30 @@ def bench_network(traces: list[str], policies: list[str], opts: BenchOptions, ou
     out.mkdir(parents=True, exist_ok=True)
     camera, _ = camera_video(opts.video_npz, out)
     report: dict[str, Any] = {"options": {k: str(v) for k, v in asdict(opts).items()}, "traces": {}}
-    with netns.namespaces() as ns:
+    with contextlib.ExitStack() as stack:
+        ns: netns.Namespaces | None = None
         for tr_name in traces:
-            trace = load_trace(tr_name)
-            trace_path = Path(trace.name)
+            if tr_name == LOOPBACK:
+                trace, trace_path, run_ns = LOOPBACK_TRACE, Path(LOOPBACK), None
+            else:
+                trace = load_trace(tr_name)
+                trace_path = Path(trace.name)
+                if ns is None:
+                    ns = stack.enter_context(netns.namespaces())
+                run_ns = ns
             per: dict[str, dict[str, Any]] = {}
             for i, pol in enumerate(policies, 1):
                 started = time.monotonic()
                 print(f"[{trace_path.stem}] {i}/{len(policies)} {pol}: {opts.lead_s + trace.duration_s:.0f} s ...",
                       flush=True)
-                per[pol] = run_one(ns, trace_path, trace, pol, opts, out / trace_path.stem / SLUG[pol], camera)
+                per[pol] = run_one(run_ns, trace_path, trace, pol, opts, out / trace_path.stem / SLUG[pol], camera)
                 s = per[pol]
                 print(f"    {s.get('frames', 0)} frames, deadline hit "
                       f"{_fmt(s.get('deadline_hit_rate'), 100)} %, accuracy {_fmt(s.get('accuracy'), 100)} % "
                       f"({time.monotonic() - started:.0f} s)", flush=True)
             md = (f"## {trace_path.stem} (total budget {opts.total_budget_ms:.0f} ms, emulated slowdown "
-                  f"x{opts.slowdown:g}, margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n")
+                  f"x{opts.slowdown:g}, margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n\n"
+                  f"Latency by stage, p50 ms:\n\n{latency_table(per)}\n")
             (out / trace_path.stem / "summary.md").write_text(md)
             (out / trace_path.stem / "summary.json").write_text(json.dumps(per, indent=1))
             print("\n" + md, flush=True)
