@@ -194,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(25/27/22 ms), a device on which full depth does not fit a 150 ms RTT; 1: off")
     nb.add_argument("--lead", type=float, default=12.0, help="seconds connected before the trace starts")
     nb.add_argument("--out", type=Path, default=Path("artifacts/bench-network"))
+    nb.add_argument("--retabulate", action="store_true",
+                    help="only redo tables and plots from the per-frame CSVs already under --out")
     nb.set_defaults(func=cmd_bench_network)
     e = sub.add_parser("export", help="build data, train and export a model folder (python -m exporter ...)")
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")
@@ -212,8 +214,14 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
         return 2
     opts = BenchOptions(total_budget_ms=args.total_budget_ms, safety_margin_ms=args.safety_margin_ms,
                         slowdown=args.slowdown, lead_s=args.lead)
+    traces = args.trace or ["step", "bursty"]
+    if args.retabulate:
+        from edge_app.netbench.bench import retabulate
+
+        retabulate(args.out, traces, policies, opts)
+        return 0
     try:
-        bench_network(args.trace or ["step", "bursty"], policies, opts, args.out)
+        bench_network(traces, policies, opts, args.out)
     except (NetnsUnavailable, FileNotFoundError, TraceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -184,10 +184,16 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace) -> dict[
         "mean_exit_good": float(np.mean([f.exit for f in good])) if good else None,
         "mean_exit_bad": float(np.mean([f.exit for f in bad])) if bad else None,
         "misses_after_worsening": int(sum(not f.hit for f in after)), "frames_after_worsening": len(after),
+        # exit 1 always runs: a frame that missed with exit 1 alone was late whatever the policy chose
+        "misses_exit1_only": int(sum(not f.hit and f.exits_run == 1 for f in frames)),
+        "misses": int(sum(not f.hit for f in frames)),
         "to_result_p50_ms": pct(res, 50), "to_result_p95_ms": pct(res, 95),
         "to_display_p50_ms": pct(disp, 50), "to_display_p95_ms": pct(disp, 95),
         "to_server_p50_ms": pct(np.array([f.to_server_ms for f in frames]), 50),
         "server_p50_ms": pct(np.array([f.server_ms for f in frames]), 50),
+        "downlink_p50_ms": pct(np.array([f.to_result_ms - f.to_server_ms - f.server_ms for f in frames]), 50),
+        "display_after_result_p50_ms": pct(np.array([f.to_display_ms - f.to_result_ms for f in frames
+                                                     if f.to_display_ms is not None]), 50),
     }
 
 
@@ -306,14 +312,13 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
 
 
 def latency_table(results: dict[str, dict[str, Any]]) -> str:
-    """Where the time goes, p50 per stage: stamping -> decoded at the server -> result sent -> at the page."""
+    """Where the time goes, the median of each stage over frames (so the columns need not add up)."""
     rows = ["| policy | stamping → decoded at server | server (wait, compute, annotate) | result back to page "
             "| stamping → result (p50 / p95) | result → frame displayed |", "|---|---|---|---|---|---|"]
     for name, s in results.items():
         if not s.get("frames"):
             continue
-        down = s["to_result_p50_ms"] - s["to_server_p50_ms"] - s["server_p50_ms"]
-        shown = None if s["to_display_p50_ms"] is None else s["to_display_p50_ms"] - s["to_result_p50_ms"]
+        down, shown = s["downlink_p50_ms"], s["display_after_result_p50_ms"]
         rows.append(f"| {name} | {_fmt(s['to_server_p50_ms'], 1, 0)} | {_fmt(s['server_p50_ms'], 1, 0)} | "
                     f"{_fmt(down, 1, 0)} | {_fmt(s['to_result_p50_ms'], 1, 0)} / {_fmt(s['to_result_p95_ms'], 1, 0)} "
                     f"| {_fmt(shown, 1, 0)} |")
@@ -327,11 +332,11 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
 def table(results: dict[str, dict[str, Any]]) -> str:
     head = ("| policy | frames | deadline hit % | hit % (good / bad) | accuracy % | accuracy good / bad % "
             "| mean compute ms | mean exit (good / bad) | misses in 1st s after worsening | result p50 / p95 ms "
-            "| display p50 / p95 ms | no result |")
-    rows = [head, "|" + "---|" * 12]
+            "| display p50 / p95 ms | no result | misses (with exit 1 alone) |")
+    rows = [head, "|" + "---|" * 13]
     for name, s in results.items():
         if not s.get("frames"):
-            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} |")
+            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} | – |")
             continue
         rows.append(
             f"| {name} | {s['frames']} | {_fmt(s['deadline_hit_rate'], 100)} | {_fmt(s['hit_rate_good'], 100)} / "
@@ -339,8 +344,42 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             f"{_fmt(s['accuracy_bad'], 100)} | {_fmt(s['mean_compute_ms'])} | {_fmt(s['mean_exit_good'], 1, 2)} / "
             f"{_fmt(s['mean_exit_bad'], 1, 2)} | {s['misses_after_worsening']} of {s['frames_after_worsening']} | "
             f"{_fmt(s['to_result_p50_ms'], 1, 0)} / {_fmt(s['to_result_p95_ms'], 1, 0)} | "
-            f"{_fmt(s['to_display_p50_ms'], 1, 0)} / {_fmt(s['to_display_p95_ms'], 1, 0)} | {s['unanswered']} |")
+            f"{_fmt(s['to_display_p50_ms'], 1, 0)} / {_fmt(s['to_display_p95_ms'], 1, 0)} | {s['unanswered']} | "
+            f"{s['misses']} ({s['misses_exit1_only']}) |")
     return "\n".join(rows)
+
+
+def read_frames_csv(path: Path) -> list[FrameRecord]:
+    kinds = {"counter": int, "exit": int, "exits_run": int, "horizon": int, "label": int, "answer": int,
+             "smoothed": int, "rtt_from_prior": lambda v: v == "True", "hit": lambda v: v == "True",
+             "to_display_ms": lambda v: None if v in ("", "None") else float(v)}
+    with path.open() as f:
+        return [FrameRecord(**{k: kinds.get(k, float)(v) for k, v in row.items() if k != "correct"})  # type: ignore[operator]
+                for row in csv.DictReader(f)]
+
+
+def retabulate(out: Path, traces: list[str], policies: list[str], opts: BenchOptions) -> None:
+    """Summaries, tables and plots again from the per-frame CSVs of an earlier run (no browser, no root)."""
+    for tr_name in traces:
+        trace = LOOPBACK_TRACE if tr_name == LOOPBACK else load_trace(tr_name)
+        stem = Path(trace.name).stem
+        old = json.loads((out / stem / "summary.json").read_text())
+        per: dict[str, dict[str, Any]] = {}
+        for pol in policies:
+            frames = read_frames_csv(out / stem / SLUG[pol] / "frames.csv")
+            per[pol] = {**summarise(frames, old[pol]["unanswered"], trace), "bridge": old[pol].get("bridge")}
+            if frames:
+                plot_run(frames, trace, pol, opts.total_budget_ms, out / stem / SLUG[pol] / "timeseries.png")
+        _write_summary(out, stem, per, opts)
+
+
+def _write_summary(out: Path, stem: str, per: dict[str, dict[str, Any]], opts: BenchOptions) -> None:
+    md = (f"## {stem} (total budget {opts.total_budget_ms:.0f} ms, emulated slowdown "
+          f"x{opts.slowdown:g}, margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n\n"
+          f"Latency by stage, p50 ms:\n\n{latency_table(per)}\n")
+    (out / stem / "summary.md").write_text(md)
+    (out / stem / "summary.json").write_text(json.dumps(per, indent=1))
+    print("\n" + md, flush=True)
 
 
 def bench_network(traces: list[str], policies: list[str], opts: BenchOptions, out: Path) -> dict[str, Any]:
@@ -368,12 +407,7 @@ def bench_network(traces: list[str], policies: list[str], opts: BenchOptions, ou
                 print(f"    {s.get('frames', 0)} frames, deadline hit "
                       f"{_fmt(s.get('deadline_hit_rate'), 100)} %, accuracy {_fmt(s.get('accuracy'), 100)} % "
                       f"({time.monotonic() - started:.0f} s)", flush=True)
-            md = (f"## {trace_path.stem} (total budget {opts.total_budget_ms:.0f} ms, emulated slowdown "
-                  f"x{opts.slowdown:g}, margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n\n"
-                  f"Latency by stage, p50 ms:\n\n{latency_table(per)}\n")
-            (out / trace_path.stem / "summary.md").write_text(md)
-            (out / trace_path.stem / "summary.json").write_text(json.dumps(per, indent=1))
-            print("\n" + md, flush=True)
+            _write_summary(out, trace_path.stem, per, opts)
             report["traces"][trace_path.stem] = per
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
