@@ -159,14 +159,15 @@ def test_bridge_rate_limit_is_a_tbf(tmp_path: Path) -> None:
     assert 1500 < kbit_s < 2100, "payload rate near the limit (headers take the rest)"
 
 
-def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path) -> None:
+def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
+                                                   demo_test_split: tuple[np.ndarray, np.ndarray]) -> None:
     _need_netns()
     if shutil.which("/usr/bin/chromium") is None:
         skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")
-    demo = REPO / "data" / "demo" / "test.npz"
-    if not demo.exists():
-        skip_or_fail(f"needs the demo split {demo} (python -m exporter data; .ci/run makes it)")
     from edge_app.netbench.bench import camera_video
+
+    demo = tmp_path / "test.npz"  # the demo recipe's test split, as `python -m exporter data` writes it
+    np.savez(demo, images=demo_test_split[0], labels=demo_test_split[1])
 
     trace = load_trace("short-step")  # 20 ms RTT, 150 ms from t=10 s, 20 ms from t=22 s, ends at 32 s
     opts = BenchOptions(lead_s=10.0, video_npz=demo)
