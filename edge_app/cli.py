@@ -26,15 +26,26 @@ def _runtime(cfg: AppConfig, threads: int | None = None):  # type: ignore[no-unt
 def cmd_serve(args: argparse.Namespace) -> int:
     from aiohttp import web
 
+    from edge_app.access import TOKEN_ENV, effective_token, is_loopback, tls_context
     from edge_app.server import create_app
 
     cfg = load_config(args.config)
     host = args.host or cfg.server.host
     port = cfg.server.port if args.port is None else args.port
+    token = effective_token(cfg)
+    tls = tls_context(cfg)
+    if not is_loopback(host) and token is None:
+        log.warning("serving %s without a token: anyone who can reach it can watch the cameras "
+                    "(set [server] token or %s)", host, TOKEN_ENV)
+    if not is_loopback(host) and tls is None:
+        log.warning("serving %s over plain HTTP: browsers on other machines will refuse the camera "
+                    "(set [server] tls_cert and tls_key)", host)
     rt = _runtime(cfg)
-    app = create_app(cfg, rt)
-    log.info("serving on http://%s:%d/ (model %s on %s)", host, port, rt.manifest.name, rt.providers)
-    web.run_app(app, host=host, port=port, print=None, shutdown_timeout=cfg.server.shutdown_timeout_s)
+    app = create_app(cfg, rt, token)
+    log.info("serving on %s://%s:%d/ (model %s on %s; %s)", "https" if tls else "http", host, port,
+             rt.manifest.name, rt.providers, "token required" if token else "no token")
+    web.run_app(app, host=host, port=port, print=None, shutdown_timeout=cfg.server.shutdown_timeout_s,
+                ssl_context=tls)
     return 0
 
 

@@ -40,6 +40,13 @@ class ServerConfig(_Section):
                                                       "of the machine's (aioice's default, which leaves out "
                                                       "127.0.0.1); [\"127.0.0.1\"] for a browser on this machine")
     max_sessions: int = Field(4, ge=1, le=256, description="concurrent peer sessions")
+    token: str | None = Field(None, min_length=16, max_length=512, description="bearer token every endpoint but "
+                              "the page and /healthz requires; the EDGE_APP_TOKEN environment variable overrides "
+                              "it; unset: no authentication")
+    tls_cert: Path | None = Field(None, description="PEM certificate: serve HTTPS (relative to this file)")
+    tls_key: Path | None = Field(None, description="PEM private key of tls_cert (relative to this file)")
+    max_offers_per_minute: int = Field(30, ge=1, le=100_000, description="offers one client address may make a "
+                                       "minute; more get 429")
     shutdown_timeout_s: float = Field(5.0, gt=0, le=120, description="bounded time to close peers on shutdown")
 
 
@@ -124,9 +131,19 @@ class AppConfig(_Section):
             raise ValueError(f"camera names must be unique; repeated: {dupes}")
         return self
 
+    @model_validator(mode="after")
+    def _tls_pair(self) -> AppConfig:
+        if (self.server.tls_cert is None) != (self.server.tls_key is None):
+            raise ValueError("[server] tls_cert and tls_key go together: set both to serve HTTPS, or neither")
+        return self
+
     @property
     def model_path(self) -> Path:
         return self.model.path if self.model.path.is_absolute() else self.base_dir / self.model.path
+
+    def resolve(self, p: Path) -> Path:
+        """A path from this config, relative to the config file's folder."""
+        return p if p.is_absolute() else self.base_dir / p
 
 
 def _where(loc: tuple[int | str, ...]) -> str:

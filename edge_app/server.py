@@ -18,6 +18,7 @@ from aiortc import RTCSessionDescription
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from edge_app.access import OfferRateLimiter, auth_middleware, effective_token
 from edge_app.config import AppConfig
 from edge_app.hub import Hub, OfferRefused
 from edge_app.metrics import Metrics
@@ -32,6 +33,7 @@ RUNTIME_KEY = web.AppKey("runtime", ModelRuntime)
 STARTED_KEY = web.AppKey("started", float)
 HUB_KEY = web.AppKey("hub", Hub)
 METRICS_KEY = web.AppKey("metrics", Metrics)
+LIMITER_KEY = web.AppKey("offer_limiter", OfferRateLimiter)
 MAX_OFFER_BYTES = 64 * 1024
 
 
@@ -91,6 +93,14 @@ async def status(request: web.Request) -> web.Response:
 
 async def offer(request: web.Request) -> web.Response:
     metrics = request.app[METRICS_KEY]
+    client = request.remote or "unknown"
+    retry = request.app[LIMITER_KEY].check(client)
+    if retry is not None:
+        metrics.offers.labels("refused-429").inc()
+        limit = request.app[CONFIG_KEY].server.max_offers_per_minute
+        return web.json_response({"error": f"too many offers from {client}: at most {limit} a minute "
+                                           f"([server] max_offers_per_minute); retry in {retry:.0f} s"},
+                                 status=429, headers={"Retry-After": str(max(1, round(retry)))})
     if request.content_type != "application/json":
         metrics.offers.labels("bad-request").inc()
         return json_error(415, f"Content-Type must be application/json, not {request.content_type!r}")
@@ -128,8 +138,11 @@ async def _stop_hub(app: web.Application) -> None:
     await app[HUB_KEY].stop()
 
 
-def create_app(config: AppConfig, runtime: ModelRuntime) -> web.Application:
-    app = web.Application(client_max_size=256 * 1024)
+def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = None) -> web.Application:
+    """The application; ``token`` (default: ``effective_token(config)``) guards all but the page and /healthz."""
+    token = effective_token(config) if token is None else token
+    app = web.Application(client_max_size=256 * 1024, middlewares=[auth_middleware(token)] if token else [])
+    app[LIMITER_KEY] = OfferRateLimiter(config.server.max_offers_per_minute)
     app[CONFIG_KEY] = config
     app[RUNTIME_KEY] = runtime
     app[STARTED_KEY] = time.monotonic()

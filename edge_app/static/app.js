@@ -28,6 +28,29 @@ const charts = {
     windowS: 20 }),
 };
 
+// Access token (when the server has one): from the URL fragment (/#token=..., which is never sent in a
+// request line), kept in sessionStorage for this tab; asked for once when the server answers 401.
+const TOKEN_KEY = "edge-app-token";
+const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
+if (hashToken) {
+  sessionStorage.setItem(TOKEN_KEY, hashToken);
+  history.replaceState(null, "", location.pathname + location.search);  // keep it out of the address bar
+}
+let askedForToken = false;
+
+async function api(path, opts = {}) {
+  const headers = { ...(opts.headers || {}) };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const r = await fetch(path, { ...opts, headers });
+  if (r.status === 401 && !askedForToken) {
+    askedForToken = true;
+    const entered = window.prompt("This edge box needs its access token:");
+    if (entered) { sessionStorage.setItem(TOKEN_KEY, entered.trim()); return api(path, opts); }
+  }
+  return r;
+}
+
 function setState(s, detail) {
   edge.state = s;
   const pill = $("conn");
@@ -38,7 +61,8 @@ function setState(s, detail) {
 }
 
 async function loadStatus() {
-  const r = await fetch("/status");
+  const r = await api("/status");
+  if (r.status === 401) throw new Error("/status: the access token is missing or wrong (open /#token=...)");
   if (!r.ok) throw new Error(`/status: HTTP ${r.status}`);
   return r.json();
 }
@@ -87,7 +111,7 @@ async function connect() {
     }
     await pc.setLocalDescription(await pc.createOffer());
     await waitIceGathering(pc);
-    const r = await fetch("/offer", { method: "POST", headers: { "Content-Type": "application/json" },
+    const r = await api("/offer", { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ sdp: pc.localDescription.sdp, type: "offer", camera, probe: params.has("probe") }) });
     const answer = await r.json();
     if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
