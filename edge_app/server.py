@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from aiortc import RTCSessionDescription
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,6 +36,7 @@ HUB_KEY = web.AppKey("hub", Hub)
 METRICS_KEY = web.AppKey("metrics", Metrics)
 LIMITER_KEY = web.AppKey("offer_limiter", OfferRateLimiter)
 MAX_OFFER_BYTES = 64 * 1024
+MAX_BODY_BYTES = 256 * 1024
 
 
 class Offer(BaseModel):
@@ -49,6 +51,21 @@ class Offer(BaseModel):
 
 def json_error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's own 4xx (unknown path, wrong method, body too large) as JSON like ours."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if not 400 <= exc.status < 500:
+            raise
+        reason = exc.text or exc.reason
+        if exc.status == 413:
+            reason = f"request body over {MAX_BODY_BYTES // 1024} KiB ({reason})"
+        return web.json_response({"error": reason}, status=exc.status,
+                                 headers={k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")})
 
 
 def model_status(rt: ModelRuntime) -> dict[str, Any]:
@@ -141,7 +158,8 @@ async def _stop_hub(app: web.Application) -> None:
 def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = None) -> web.Application:
     """The application; ``token`` (default: ``effective_token(config)``) guards all but the page and /healthz."""
     token = effective_token(config) if token is None else token
-    app = web.Application(client_max_size=256 * 1024, middlewares=[auth_middleware(token)] if token else [])
+    guards = [auth_middleware(token)] if token else []
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors, *guards])
     app[LIMITER_KEY] = OfferRateLimiter(config.server.max_offers_per_minute)
     app[CONFIG_KEY] = config
     app[RUNTIME_KEY] = runtime
