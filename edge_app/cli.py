@@ -24,10 +24,10 @@ def _runtime(cfg: AppConfig, threads: int | None = None):  # type: ignore[no-unt
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from aiohttp import web
+    import asyncio
 
     from edge_app.access import TOKEN_ENV, effective_token, is_loopback, tls_context
-    from edge_app.server import create_app
+    from edge_app.server import create_app, serve_until_signalled
 
     cfg = load_config(args.config)
     host = args.host or cfg.server.host
@@ -44,8 +44,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = create_app(cfg, rt, token)
     log.info("serving on %s://%s:%d/ (model %s on %s; %s)", "https" if tls else "http", host, port,
              rt.manifest.name, rt.providers, "token required" if token else "no token")
-    web.run_app(app, host=host, port=port, print=None, shutdown_timeout=cfg.server.shutdown_timeout_s,
-                ssl_context=tls)
+    asyncio.run(serve_until_signalled(app, host, port, tls, cfg.server.shutdown_timeout_s))
     return 0
 
 

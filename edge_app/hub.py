@@ -151,6 +151,7 @@ class Hub:
 
     async def stop(self) -> None:
         timeout = self.config.server.shutdown_timeout_s
+        log.info("shutdown: closing %d session(s) and %d camera(s)", len(self.sessions), len(self.cameras))
         closers = [s.close() for s in list(self.sessions.values())]
         closers += [p.stop() for p in self.camera_pipelines.values()]
         closers += [c.stop() for c in self.cameras.values()]
@@ -159,6 +160,7 @@ class Hub:
         except TimeoutError:
             log.warning("shutdown: peers and cameras did not all close within %.1f s", timeout)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        log.info("shutdown: done (%d session(s) left open)", len(self.sessions))
 
     def status(self) -> dict[str, Any]:
         return {

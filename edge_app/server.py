@@ -8,8 +8,13 @@ plus ``"session"``), ``/healthz``, ``/status`` (JSON), ``/metrics``
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import signal
+import ssl
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +181,43 @@ def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = Non
     app.router.add_post("/offer", offer)
     app.router.add_static("/static/", STATIC_DIR)
     return app
+
+
+class ShutdownSignals:
+    """SIGTERM/SIGINT once: stop gracefully (``requested`` is set); a second time: ``exit_now`` at once."""
+
+    def __init__(self, exit_now: Callable[[int], None] = os._exit) -> None:
+        self.requested = asyncio.Event()
+        self._exit_now = exit_now
+
+    def __call__(self, sig: signal.Signals) -> None:
+        if self.requested.is_set():
+            log.warning("%s again: exiting now, without waiting for the shutdown", sig.name)
+            self._exit_now(128 + sig.value)
+            return
+        log.info("%s: shutting down (send it again to exit at once)", sig.name)
+        self.requested.set()
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self, sig)
+
+
+async def serve_until_signalled(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
+                                shutdown_timeout_s: float, signals: ShutdownSignals | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then close peers and cameras within ``shutdown_timeout_s`` (plus HTTP)."""
+    signals = signals or ShutdownSignals()
+    signals.install(asyncio.get_running_loop())
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=min(shutdown_timeout_s, 5.0))
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    await site.start()
+    bound = [s.getsockname()[:2] for s in getattr(site._server, "sockets", None) or []]
+    log.info("listening on %s", ", ".join(f"{'https' if ssl_context else 'http'}://{h}:{p}/" for h, p in bound))
+    await signals.requested.wait()
+    t0 = time.monotonic()
+    try:
+        await asyncio.wait_for(runner.cleanup(), shutdown_timeout_s + 5.0)
+    except TimeoutError:
+        log.error("shutdown took over %.0f s; exiting anyway", shutdown_timeout_s + 5.0)
+    log.info("stopped in %.2f s", time.monotonic() - t0)
