@@ -96,7 +96,8 @@ class Hub:
         sid = uuid.uuid4().hex[:12]
         session = PeerSession(sid, pc, self.config.budget, self.runtime.class_names, camera, probe,
                               self.metrics.results_dropped.inc, self._forget,
-                              self.metrics.frames_dropped.labels(camera or "browser", "send").inc)
+                              self.metrics.frames_dropped.labels(camera or "browser", "send").inc,
+                              peer_timeout_s=self.config.server.peer_timeout_s)
 
         @pc.on("datachannel")
         def on_datachannel(channel: Any) -> None:

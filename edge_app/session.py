@@ -47,7 +47,7 @@ class PeerSession:
     def __init__(self, sid: str, pc: RTCPeerConnection, budget: BudgetConfig, class_names: list[str],
                  camera: str | None, probe: bool, on_result_dropped: Callable[[], None],
                  on_closed: Callable[[PeerSession], Awaitable[None]],
-                 on_video_dropped: Callable[[], None] | None = None) -> None:
+                 on_video_dropped: Callable[[], None] | None = None, peer_timeout_s: float = 10.0) -> None:
         self.id = sid
         self.pc = pc
         self.camera = camera
@@ -66,9 +66,13 @@ class PeerSession:
         self.watched: AnalysisPipeline | None = None  # the pipeline whose output this session gets
         self.results_sent = 0
         self.bad_messages = 0
+        self.timed_out = False
         self._fps = 0.0
         self._sent_at_poll = (self.created_s, 0)
         self._pings: dict[int, float] = {}
+        self.peer_timeout_s = peer_timeout_s
+        self._last_heard: float | None = None  # last message from the peer on the data channel
+        self._closer: asyncio.Task[None] | None = None
         self._ping_id = 0
         self._tasks: list[asyncio.Task[Any]] = []
         self._on_result_dropped = on_result_dropped
@@ -123,6 +127,7 @@ class PeerSession:
         self.results_sent += 1
 
     def _on_message(self, message: object) -> None:
+        self._last_heard = time.monotonic()  # anything at all shows the peer is still there
         if not isinstance(message, str) or len(message) > MAX_MESSAGE_BYTES:
             self._reject("messages must be JSON text under 4 KiB")
             return
@@ -185,6 +190,14 @@ class PeerSession:
                 self._fps = fps if self._fps == 0 else 0.7 * self._fps + 0.3 * fps
                 self._sent_at_poll = (now, self.outbound.sent)
             if now - last_ping >= PING_S and self.channel is not None and self.channel.readyState == "open":
+                if self._last_heard is None:
+                    self._last_heard = now  # the clock starts with the first ping
+                elif now - self._last_heard > self.peer_timeout_s:
+                    log.warning("session %s: no answer on the data channel for %.0f s: the peer is gone, closing",
+                                self.id, now - self._last_heard)
+                    self.timed_out = True
+                    self._closer = asyncio.create_task(self.close(), name=f"close-{self.id}")
+                    return
                 last_ping = now
                 self._ping_id += 1
                 self._pings = {k: v for k, v in self._pings.items() if now - v < 10}  # lost pings are forgotten
@@ -213,6 +226,7 @@ class PeerSession:
             "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
             "frames_dropped_stale": self.own_pipeline.slot.dropped if self.own_pipeline else None,
             "bad_messages": self.bad_messages,
+            "timed_out": self.timed_out,
         }
 
     async def close(self) -> None:
