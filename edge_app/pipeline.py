@@ -75,6 +75,7 @@ class FrameResult:
     latency_ms: float  # server side: arrival to annotated frame ready
     deadline_met: bool  # latency + expected network time <= total budget
     dropped_stale: int  # frames of this source dropped before analysis, so far
+    error: str | None = None  # a later segment failed; the answer comes from the exits before it
 
     def to_json(self, class_names: list[str]) -> dict[str, Any]:
         return {
@@ -98,6 +99,7 @@ class FrameResult:
             "latency_ms": r2(self.latency_ms),
             "deadline_met": self.deadline_met,
             "dropped_stale": self.dropped_stale,
+            "error": self.error,
         }
 
 
@@ -165,10 +167,10 @@ class AnalysisPipeline:
             try:
                 out = await loop.run_in_executor(self.executor, self.analyse, sf, net)
             except (SegmentRunError, ValueError) as exc:
-                self.errors += 1
-                self.metrics.analysis_errors.labels(self.metric_source).inc()
-                log.error("%s: frame %d not analysed: %s", self.source, sf.seq, exc)
+                self._failed(sf.seq, str(exc), answered=False)
                 continue
+            if out.result.error is not None:
+                self._failed(sf.seq, out.result.error, answered=True)
             self._record(out.result)
             self.outputs.publish(out)
 
@@ -203,8 +205,16 @@ class AnalysisPipeline:
             budget, est,
             {"convert": (t1 - t0) * 1e3, "preprocess": (t2 - t1) * 1e3, "inference": dec.actual_ms,
              "annotate": (t4 - t3) * 1e3},
-            latency_ms, latency_ms + budget.network_ms <= cfg.total_budget_ms, self.slot.dropped)
+            latency_ms, latency_ms + budget.network_ms <= cfg.total_budget_ms, self.slot.dropped, dec.error)
         return AnalysedFrame(i420, result)
+
+    def _failed(self, seq: int, error: str, answered: bool) -> None:
+        """Counted every time, logged the first time and then once per 300 (a broken segment fails every frame)."""
+        self.errors += 1
+        self.metrics.analysis_errors.labels(self.metric_source).inc()
+        if self.errors == 1 or self.errors % 300 == 0:
+            what = "answered from an earlier exit" if answered else "not analysed"
+            log.error("%s: frame %d %s (%d failures so far): %s", self.source, seq, what, self.errors, error)
 
     def _record(self, r: FrameResult) -> None:
         m, src = self.metrics, self.metric_source

@@ -18,6 +18,7 @@ import numpy as np
 from edge_app.budget import horizon as exits_that_fit
 from edge_app.config import PolicyConfig
 from edge_app.smoothing import depth_window
+from models.errors import SegmentRunError
 from models.fit import build_policy, fit_chain, lam_for_target, load_policy
 from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, ExitPolicy, FixedExit, Patience
 from models.runtime import ExitResult, ModelRuntime
@@ -34,6 +35,7 @@ class FrameDecision:
     compute_budget_ms: float
     deadline_met: bool  # the compute fitted its budget
     segments_ms: tuple[float, ...] = ()  # measured time of each segment that ran
+    error: str | None = None  # a segment after the first raised: the answer is the best exit before it
 
 
 class FrameScheduler:
@@ -56,8 +58,15 @@ class FrameScheduler:
         run = self.runtime.start(x)
         decide = self.policy.start(hi)
         t0 = time.perf_counter()
+        error = None
         while True:
-            res = run.advance()
+            try:
+                res = run.advance()
+            except SegmentRunError as exc:
+                if run.next_exit == 0:
+                    raise  # no exit has answered: the frame fails
+                error = str(exc)  # a failing segment costs depth, not the answer (recall of the exits run)
+                break
             stop = decide.observe(res.probs)
             if run.next_exit >= hi or (stop and run.next_exit >= lo):
                 break
@@ -68,7 +77,7 @@ class FrameScheduler:
         self._previous_exits_run = ran
         return FrameDecision(choice, ran, fit, run.results[choice], float(sum(predicted[:ran])), actual,
                              compute_budget_ms, actual <= compute_budget_ms,
-                             tuple(r.segment_ms for r in run.results))
+                             tuple(r.segment_ms for r in run.results), error)
 
 
 def policy_from_config(cfg: PolicyConfig, runtime: ModelRuntime) -> ExitPolicy:
