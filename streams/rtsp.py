@@ -96,14 +96,22 @@ class RtspCamera:
                 self.last_error = "stream ended"
                 log.warning("camera %s: stream ended; reconnecting", self.name)
             except (av.FFmpegError, OSError) as exc:
-                self.last_error = str(exc)
-                log.warning("camera %s: %s", self.name, exc)
+                self.last_error = self._describe(exc)  # before the state changes: it tells which timeout
+                log.warning("camera %s: %s", self.name, self.last_error)
             failures += 1
             delay = self.backoff.delay_s(failures)
             self.state = "backoff"
             log.info("camera %s: retrying in %.1f s", self.name, delay)
             self._stop.wait(delay)
         self.state = "stopped"
+
+    def _describe(self, exc: Exception) -> str:
+        """FFmpeg says "Immediate exit requested" when PyAV's timeout interrupts it: say which timeout."""
+        if isinstance(exc, av.ExitError) or "Immediate exit requested" in str(exc):
+            if self.state == "streaming":
+                return f"stalled: no data for {self.read_timeout_s:g} s (read_timeout_s)"
+            return f"no answer within {self.open_timeout_s:g} s (open_timeout_s)"
+        return str(exc)
 
     def _stream_once(self) -> bool:
         """Open, decode until the stream ends or stop is asked; True if any frame was decoded."""

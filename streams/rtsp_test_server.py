@@ -37,7 +37,7 @@ def main() -> int:
     scale = ""
     if args.size:
         w, h = args.size.lower().split("x")
-        scale = f"! videoscale ! video/x-raw,width={int(w)},height={int(h)} "
+        scale = f"! videoscale ! video/x-raw,width={int(w)},height={int(h)} ! videoconvert "  # caps between elements
     launch = (f"( multifilesrc location={args.frames} loop=true caps=image/jpeg,framerate={args.fps}/1 "
               f"! jpegdec ! videoconvert {scale}! video/x-raw,format=I420 "
               f"! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={args.fps} bitrate=2000 "
