@@ -189,6 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
     bs.add_argument("--seconds", type=float, default=120.0)
     bs.add_argument("--hold", type=float, default=1.0, help="seconds each image stays in view")
     bs.set_defaults(func=cmd_bench_smoothing)
+    bss = sub.add_parser("bench-sessions", help="concurrent browser-like sessions: per-session rate and latency "
+                                                "as they are added, and the refusal beyond max_sessions")
+    bss.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="for the model path")
+    bss.add_argument("--max-sessions", type=int, default=4)
+    bss.add_argument("--window", type=float, default=10.0, help="seconds measured at each count")
+    bss.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz (synthetic if absent)")
+    bss.add_argument("--out", type=Path, default=Path("artifacts/bench-sessions"))
+    bss.set_defaults(func=cmd_bench_sessions)
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "
                                               "(root: network namespaces)")
     nb.add_argument("--trace", action="append", default=None,
@@ -211,6 +219,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")
     e.set_defaults(func=cmd_export)
     return ap
+
+
+def cmd_bench_sessions(args: argparse.Namespace) -> int:
+    from edge_app.bench_sessions import bench_sessions
+
+    cfg = load_config(args.config)
+    bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out)
+    print(f"report.json, sessions.png and the server log under {args.out}/")
+    return 0
 
 
 def cmd_bench_network(args: argparse.Namespace) -> int:

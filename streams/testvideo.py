@@ -6,7 +6,8 @@ so the model's centre crop sees the image again, and carries the stamp
 ``i`` in its left margin (``streams.stamp``).  ``label_of_stamp`` maps a
 stamp back to the ground truth.
 
-``write_y4m`` writes the YUV4MPEG2 file Chromium's
+``LabelledVideoTrack`` plays one as an aiortc track (a WebRTC peer's camera in
+tests and benchmarks).  ``write_y4m`` writes the YUV4MPEG2 file Chromium's
 ``--use-file-for-fake-video-capture`` plays (a header line, then
 ``FRAME`` + I420 planes: simple enough that no encoder library is needed).
 """
@@ -17,8 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import cv2
 import numpy as np
+from aiortc import VideoStreamTrack
 
 from streams.stamp import BITS, draw_stamp
 
@@ -75,3 +78,19 @@ def write_jpegs(folder: Path, video: LabelledVideo, quality: int = 92) -> Path:
         cv2.imwrite(str(folder / f"{i:05d}.jpg"), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
                     [cv2.IMWRITE_JPEG_QUALITY, quality])
     return folder / "%05d.jpg"
+
+
+class LabelledVideoTrack(VideoStreamTrack):
+    """Plays a LabelledVideo in a loop at 30 fps on aiortc's 90 kHz clock."""
+
+    def __init__(self, video: LabelledVideo) -> None:
+        super().__init__()
+        self.video = video
+        self.i = 0
+
+    async def recv(self) -> av.VideoFrame:
+        pts, time_base = await self.next_timestamp()
+        frame = av.VideoFrame.from_ndarray(self.video.frame(self.i % self.video.num_frames), format="rgb24")
+        frame.pts, frame.time_base = pts, time_base
+        self.i += 1
+        return frame

@@ -158,3 +158,44 @@ async def test_browser_with_the_token_in_the_fragment(app_config: Callable[..., 
     assert "access token" in refused, refused
     assert edge["e"] is None and edge["n"] >= 30, edge
     assert "token" not in url, "the page takes the token out of the address bar"
+
+
+@pytest.mark.slow
+async def test_beyond_max_sessions_new_ones_get_503_and_the_running_one_goes_on(
+        app_config: Callable[..., AppConfig], serve: Any) -> None:
+    import asyncio
+
+    import numpy as np
+    from aiortc import RTCPeerConnection
+    from test_live_session import collect, connect
+
+    from streams.testvideo import LabelledVideo, LabelledVideoTrack
+
+    rng = np.random.default_rng(0)
+    video = LabelledVideo(rng.integers(0, 256, (10, 96, 96, 3), dtype=np.uint8), np.zeros(10, int), hold=3)
+    results: list[dict[str, Any]] = []
+    async with serve(app_config(server={"max_sessions": 1, "ice_host_addresses": ["127.0.0.1"]})) as base:
+        first, second = RTCPeerConnection(), RTCPeerConnection()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            first.addTrack(LabelledVideoTrack(video))
+            collect(first, results, [], tasks)
+            await connect(base, first)
+            second.addTrack(LabelledVideoTrack(video))
+            second.createDataChannel("results")
+            await second.setLocalDescription(await second.createOffer())
+            body = {"sdp": second.localDescription.sdp, "type": "offer"}
+            async with aiohttp.ClientSession() as http, http.post(f"{base}/offer", json=body) as r:
+                refused = (r.status, await r.json())
+            before = len(results)
+            for _ in range(100):
+                if len(results) > before + 30:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await first.close()
+            await second.close()
+    assert refused[0] == 503 and "at capacity: 1 sessions open ([server] max_sessions = 1)" in refused[1]["error"]
+    assert len(results) > before + 30, "the running session is not disturbed"

@@ -19,30 +19,17 @@ import aiohttp
 import av
 import numpy as np
 import pytest
-from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
+from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from conftest import results_channel
 
 from streams.stamp import read_stamp
-from streams.testvideo import LabelledVideo
+from streams.testvideo import LabelledVideo, LabelledVideoTrack
 
 pytestmark = pytest.mark.slow
 
 
-class VideoFileTrack(VideoStreamTrack):
-    """Plays a LabelledVideo in a loop at 30 fps on aiortc's 90 kHz clock."""
-
-    def __init__(self, video: LabelledVideo) -> None:
-        super().__init__()
-        self.video = video
-        self.i = 0
-
-    async def recv(self) -> av.VideoFrame:
-        pts, time_base = await self.next_timestamp()
-        frame = av.VideoFrame.from_ndarray(self.video.frame(self.i % self.video.num_frames), format="rgb24")
-        frame.pts, frame.time_base = pts, time_base
-        self.i += 1
-        return frame
+VideoFileTrack = LabelledVideoTrack  # the name the other tests import
 
 
 async def connect(base_url: str, pc: RTCPeerConnection, **extra: Any) -> dict[str, Any]:

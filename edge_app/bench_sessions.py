@@ -1,0 +1,205 @@
+"""``edge-app bench-sessions``: how many browser sessions this box serves at once, and what happens beyond.
+
+A real ``edge-app serve`` process with ``[server] max_sessions = N``; aiortc peers in this process, each
+sending a labelled 640x480 video at 30 fps and receiving the annotated video and per-frame results,
+are added one at a time.  For each count the results of every session are collected for a window:
+results per second per session (30 = every frame analysed), the server-side latency p50/p95
+(frame arrival to annotated frame ready), deadline misses and the server process's CPU use.  Then
+one more peer than ``max_sessions`` asks to join: it must get 503, and the running sessions are
+measured once more.  The peers' own VP8 encode and decode run on the same cores, so on a small box
+the limit found is lower than it would be with the browsers elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from aiortc import RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamError
+
+from streams.testvideo import LabelledVideo, LabelledVideoTrack
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Peer:
+    pc: RTCPeerConnection
+    results: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _join(base: str, video: LabelledVideo, http: aiohttp.ClientSession) -> tuple[Peer | None, int, str]:
+    pc = RTCPeerConnection()
+    peer = Peer(pc)
+    pc.addTrack(LabelledVideoTrack(video))
+    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
+
+    @channel.on("message")
+    def on_message(message: str) -> None:
+        msg = json.loads(message)
+        if msg["type"] == "ping":
+            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
+        elif msg["type"] == "result":
+            peer.results.append((time.monotonic(), msg))
+
+    @pc.on("track")
+    def on_track(track: Any) -> None:
+        async def pull() -> None:
+            with contextlib.suppress(MediaStreamError):
+                while True:
+                    await track.recv()
+
+        peer.tasks.append(asyncio.create_task(pull()))
+
+    await pc.setLocalDescription(await pc.createOffer())
+    body = {"sdp": pc.localDescription.sdp, "type": "offer"}
+    async with http.post(f"{base}/offer", json=body) as r:
+        answer = await r.json()
+        if r.status != 200:
+            await pc.close()
+            return None, r.status, str(answer.get("error"))
+    await pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
+    return peer, 200, ""
+
+
+def _window(peers: list[Peer], t0: float, t1: float) -> dict[str, Any]:
+    per_fps, lat, missed, n = [], [], 0, 0
+    for p in peers:
+        rs = [m for t, m in p.results if t0 <= t < t1]
+        per_fps.append(len(rs) / (t1 - t0))
+        lat += [m["latency_ms"] for m in rs]
+        missed += sum(not m["deadline_met"] for m in rs)
+        n += len(rs)
+    return {"fps_min": min(per_fps), "fps_median": float(np.median(per_fps)),
+            "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
+            "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
+            "miss_rate": missed / n if n else None}
+
+
+async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    cfg = out / "config.toml"
+    cfg.write_text(f'[server]\nport = {port}\nmax_sessions = {max_sessions}\nice_host_addresses = ["127.0.0.1"]\n'
+                   f'max_offers_per_minute = 1000\n\n[model]\npath = "{model}"\n')
+    if npz is not None and npz.exists():
+        with np.load(npz) as z:
+            video = LabelledVideo(z["images"][:40], z["labels"][:40], hold=3)
+    else:
+        rng = np.random.default_rng(0)
+        video = LabelledVideo(rng.integers(0, 256, (40, 96, 96, 3), dtype=np.uint8), np.zeros(40, int), hold=3)
+    server_log = (out / "server.log").open("wb")
+    server = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config", str(cfg)], cwd=REPO,
+                              stdout=server_log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    rows: list[dict[str, Any]] = []
+    peers: list[Peer] = []
+    report: dict[str, Any] = {"max_sessions": max_sessions, "window_s": window_s, "rows": rows}
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(300):
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{base}/healthz") as r:
+                        if r.status == 200:
+                            break
+                await asyncio.sleep(0.1)
+            for n in range(1, max_sessions + 1):
+                peer, status, reason = await _join(base, video, http)
+                if peer is None:
+                    raise RuntimeError(f"session {n} of {max_sessions} was refused ({status}: {reason})")
+                peers.append(peer)
+                await asyncio.sleep(3.0)  # the new peer's encoder ramps up
+                c0, t0 = _cpu_s(server.pid), time.monotonic()
+                await asyncio.sleep(window_s)
+                row = {"sessions": n, **_window(peers, t0, time.monotonic()),
+                       "server_cpu_pct": 100 * (_cpu_s(server.pid) - c0) / (time.monotonic() - t0)}
+                rows.append(row)
+                print(_fmt_row(row), flush=True)
+            _, status, reason = await _join(base, video, http)
+            report["one_more"] = {"status": status, "reason": reason}
+            print(f"session {max_sessions + 1}: HTTP {status} ({reason})", flush=True)
+            t0 = time.monotonic()
+            await asyncio.sleep(window_s)
+            report["after_refusal"] = _window(peers, t0, time.monotonic())
+            print("after the refusal: " + _fmt_row({"sessions": max_sessions, **report["after_refusal"],
+                                                    "server_cpu_pct": float("nan")}), flush=True)
+    finally:
+        for p in peers:
+            for t in p.tasks:
+                t.cancel()
+            await p.pc.close()
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        server_log.close()
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    _plot(rows, out / "sessions.png")
+    return report
+
+
+def _fmt_row(r: dict[str, Any]) -> str:
+    def f(v: float | None, d: int = 1) -> str:
+        return "–" if v is None else f"{v:.{d}f}"
+
+    return (f"| {r['sessions']} | {f(r['fps_min'])} / {f(r['fps_median'])} | {f(r['latency_p50_ms'])} / "
+            f"{f(r['latency_p95_ms'])} | {f(None if r['miss_rate'] is None else 100 * r['miss_rate'])} | "
+            f"{f(r['server_cpu_pct'], 0)} |")
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = [r["sessions"] for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    ax[0].plot(n, [r["fps_min"] for r in rows], "o-", label="slowest session")
+    ax[0].plot(n, [r["fps_median"] for r in rows], "s--", label="median session")
+    ax[0].axhline(30, color="#9ca3af", lw=0.8)
+    ax[0].set_xlabel("concurrent sessions")
+    ax[0].set_ylabel("results per second per session")
+    ax[0].legend(fontsize=8)
+    ax[1].plot(n, [r["latency_p50_ms"] for r in rows], "o-", label="p50")
+    ax[1].plot(n, [r["latency_p95_ms"] for r in rows], "s--", label="p95")
+    ax[1].set_xlabel("concurrent sessions")
+    ax[1].set_ylabel("server latency, ms")
+    ax[1].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_sessions(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path) -> dict[str, Any]:
+    print("| sessions | results/s per session (slowest / median) | server latency p50 / p95 ms | misses % "
+          "| server CPU % |\n|---|---|---|---|---|", flush=True)
+    return asyncio.run(_run(model, max_sessions, window_s, npz, out))
