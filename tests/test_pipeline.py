@@ -101,3 +101,29 @@ def test_policy_from_config_kinds(runtime: ModelRuntime) -> None:
     refit = policy_from_config(PolicyConfig(lam=0.3), runtime)
     assert refit.name == "dynamic-index" and refit.lam == pytest.approx(0.3)  # type: ignore[attr-defined]
     assert AppConfig().policy.kind == "dynamic-index"
+
+
+async def test_frames_of_unexpected_size_and_format_are_analysed(runtime: ModelRuntime) -> None:
+    """What a camera or browser may send: odd and tiny sizes, portrait, grey, 4:4:4, 10-bit; each gets a result."""
+    rng = np.random.default_rng(1)
+    cases = [("rgb24", (479, 641)), ("rgb24", (2, 2)), ("rgb24", (1080, 608)), ("gray", (240, 320)),
+             ("yuv444p", (240, 320)), ("yuv420p10le", (240, 320)), ("nv12", (120, 160))]
+    metrics = Metrics("m", runtime.providers, runtime.num_exits)
+    slot: LatestSlot[SourceFrame] = LatestSlot()
+    out: list[AnalysedFrame] = []
+    with ThreadPoolExecutor(1) as pool:
+        pipe = AnalysisPipeline("odd", "browser", slot, runtime, policy_from_config(PolicyConfig(), runtime),
+                                BudgetConfig(), pool, metrics, lambda: view(2.0))
+        pipe.outputs.subscribe(out.append)
+        pipe.start()
+        for i, (fmt, (h, w)) in enumerate(cases):
+            rgb = av.VideoFrame.from_ndarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), format="rgb24")
+            frame = rgb if fmt == "rgb24" else rgb.reformat(format=fmt)
+            slot.put(SourceFrame(frame, i, time.monotonic(), "odd"))
+            for _ in range(2000):
+                if len(out) + pipe.errors > i:
+                    break
+                await asyncio.sleep(0.001)
+        await pipe.stop()
+    assert pipe.errors == 0 and len(out) == len(cases), (pipe.errors, len(out))
+    assert all(o.result.raw_class in range(len(runtime.class_names)) for o in out)
