@@ -7,7 +7,8 @@ results per second per session (30 = every frame analysed), the server-side late
 (frame arrival to annotated frame ready), deadline misses and the server process's CPU use.  Then
 one more peer than ``max_sessions`` asks to join: it must get 503, and the running sessions are
 measured once more.  The peers' own VP8 encode and decode run on the same cores, so on a small box
-the limit found is lower than it would be with the browsers elsewhere.
+the limit found is lower than it would be with the browsers elsewhere.  ``--cameras K`` adds K RTSP
+cameras (GStreamer test servers on loopback, 640x480 H.264 at 30 fps), analysed all the while.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from streams.testvideo import LabelledVideo, LabelledVideoTrack
+from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
+from streams.testvideo import LabelledVideo, LabelledVideoTrack, write_jpegs
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]
@@ -103,25 +105,42 @@ def _window(peers: list[Peer], t0: float, t1: float) -> dict[str, Any]:
             "miss_rate": missed / n if n else None}
 
 
-async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path) -> dict[str, Any]:
+async def _camera_fps(http: aiohttp.ClientSession, base: str) -> dict[str, int]:
+    async with http.get(f"{base}/status") as r:
+        return {c["name"]: c["frames_analysed"] for c in (await r.json())["cameras"]}
+
+
+async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
+               cameras: int = 0) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    cfg = out / "config.toml"
-    cfg.write_text(f'[server]\nport = {port}\nmax_sessions = {max_sessions}\nice_host_addresses = ["127.0.0.1"]\n'
-                   f'max_offers_per_minute = 1000\n\n[model]\npath = "{model}"\n')
     if npz is not None and npz.exists():
         with np.load(npz) as z:
             video = LabelledVideo(z["images"][:40], z["labels"][:40], hold=3)
     else:
         rng = np.random.default_rng(0)
         video = LabelledVideo(rng.integers(0, 256, (40, 96, 96, 3), dtype=np.uint8), np.zeros(40, int), hold=3)
+    rtsp: list[RtspServer] = []
+    if cameras:
+        if not gst_rtsp_available():
+            raise FileNotFoundError("--cameras needs GStreamer's RTSP server for the system Python "
+                                    "(apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-"
+                                    "{base,good,ugly})")
+        frames = write_jpegs(out / "camera-frames", video)
+        for _ in range(cameras):
+            rtsp.append(RtspServer(frames, free_port()))
+            rtsp[-1].start()
+    cams = "".join(f'\n[[cameras]]\nname = "cam{i + 1}"\nurl = "{c.url}"\n' for i, c in enumerate(rtsp))
+    cfg = out / "config.toml"
+    cfg.write_text(f'[server]\nport = {port}\nmax_sessions = {max_sessions}\nice_host_addresses = ["127.0.0.1"]\n'
+                   f'max_offers_per_minute = 1000\n\n[model]\npath = "{model}"\n{cams}')
     server_log = (out / "server.log").open("wb")
     server = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config", str(cfg)], cwd=REPO,
                               stdout=server_log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     rows: list[dict[str, Any]] = []
     peers: list[Peer] = []
-    report: dict[str, Any] = {"max_sessions": max_sessions, "window_s": window_s, "rows": rows}
+    report: dict[str, Any] = {"max_sessions": max_sessions, "window_s": window_s, "cameras": cameras, "rows": rows}
     try:
         async with aiohttp.ClientSession() as http:
             for _ in range(300):
@@ -130,15 +149,26 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
                         if r.status == 200:
                             break
                 await asyncio.sleep(0.1)
+            if cameras:  # the cameras alone first
+                for _ in range(100):
+                    if all(v > 0 for v in (await _camera_fps(http, base)).values()):
+                        break
+                    await asyncio.sleep(0.2)
+                f0, c0, t0 = await _camera_fps(http, base), _cpu_s(server.pid), time.monotonic()
+                await asyncio.sleep(window_s)
+                rows.append({"sessions": 0, "fps_min": None, "fps_median": None, "latency_p50_ms": None,
+                             "latency_p95_ms": None, "miss_rate": None, **await _cams(http, base, f0, t0),
+                             "server_cpu_pct": 100 * (_cpu_s(server.pid) - c0) / (time.monotonic() - t0)})
+                print(_fmt_row(rows[-1]), flush=True)
             for n in range(1, max_sessions + 1):
                 peer, status, reason = await _join(base, video, http)
                 if peer is None:
                     raise RuntimeError(f"session {n} of {max_sessions} was refused ({status}: {reason})")
                 peers.append(peer)
                 await asyncio.sleep(3.0)  # the new peer's encoder ramps up
-                c0, t0 = _cpu_s(server.pid), time.monotonic()
+                f0, c0, t0 = await _camera_fps(http, base), _cpu_s(server.pid), time.monotonic()
                 await asyncio.sleep(window_s)
-                row = {"sessions": n, **_window(peers, t0, time.monotonic()),
+                row = {"sessions": n, **_window(peers, t0, time.monotonic()), **await _cams(http, base, f0, t0),
                        "server_cpu_pct": 100 * (_cpu_s(server.pid) - c0) / (time.monotonic() - t0)}
                 rows.append(row)
                 print(_fmt_row(row), flush=True)
@@ -161,9 +191,17 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
         except subprocess.TimeoutExpired:
             server.kill()
         server_log.close()
+        for c in rtsp:
+            c.stop()
     (out / "report.json").write_text(json.dumps(report, indent=1))
     _plot(rows, out / "sessions.png")
     return report
+
+
+async def _cams(http: aiohttp.ClientSession, base: str, f0: dict[str, int], t0: float) -> dict[str, Any]:
+    f1, dt = await _camera_fps(http, base), time.monotonic() - t0
+    rates = [(f1[k] - f0.get(k, 0)) / dt for k in f1]
+    return {"camera_fps_min": min(rates) if rates else None}
 
 
 def _fmt_row(r: dict[str, Any]) -> str:
@@ -172,7 +210,7 @@ def _fmt_row(r: dict[str, Any]) -> str:
 
     return (f"| {r['sessions']} | {f(r['fps_min'])} / {f(r['fps_median'])} | {f(r['latency_p50_ms'])} / "
             f"{f(r['latency_p95_ms'])} | {f(None if r['miss_rate'] is None else 100 * r['miss_rate'])} | "
-            f"{f(r['server_cpu_pct'], 0)} |")
+            f"{f(r.get('camera_fps_min'))} | {f(r['server_cpu_pct'], 0)} |")
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -181,6 +219,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r["fps_min"] is not None]
     n = [r["sessions"] for r in rows]
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     ax[0].plot(n, [r["fps_min"] for r in rows], "o-", label="slowest session")
@@ -199,7 +238,8 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def bench_sessions(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path) -> dict[str, Any]:
+def bench_sessions(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
+                   cameras: int = 0) -> dict[str, Any]:
     print("| sessions | results/s per session (slowest / median) | server latency p50 / p95 ms | misses % "
-          "| server CPU % |\n|---|---|---|---|---|", flush=True)
-    return asyncio.run(_run(model, max_sessions, window_s, npz, out))
+          "| frames/s analysed per camera (slowest) | server CPU % |\n|---|---|---|---|---|---|", flush=True)
+    return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras))

@@ -195,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     bss.add_argument("--max-sessions", type=int, default=4)
     bss.add_argument("--window", type=float, default=10.0, help="seconds measured at each count")
     bss.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz (synthetic if absent)")
+    bss.add_argument("--cameras", type=int, default=0, help="RTSP test cameras analysed at the same time")
     bss.add_argument("--out", type=Path, default=Path("artifacts/bench-sessions"))
     bss.set_defaults(func=cmd_bench_sessions)
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "
@@ -225,7 +226,11 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
     from edge_app.bench_sessions import bench_sessions
 
     cfg = load_config(args.config)
-    bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out)
+    try:
+        bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out, args.cameras)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"report.json, sessions.png and the server log under {args.out}/")
     return 0
 

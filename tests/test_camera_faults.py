@@ -17,9 +17,10 @@ import pytest
 from aiortc import RTCPeerConnection
 from conftest import skip_or_fail
 from test_live_session import VideoFileTrack, collect, connect
-from test_rtsp import RtspServer, _gst_rtsp_available, _status, _wait, free_port
+from test_rtsp import _status, _wait
 
 from edge_app.config import AppConfig
+from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
 from streams.testvideo import LabelledVideo, write_jpegs
 
 pytestmark = [pytest.mark.slow]
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.slow]
 
 async def test_stall_and_new_resolution(app_config: Callable[..., AppConfig], serve: Any, tmp_path: Path,
                                         demo_test_split: tuple[np.ndarray, np.ndarray]) -> None:
-    if not _gst_rtsp_available():
+    if not gst_rtsp_available():
         skip_or_fail("needs GStreamer's RTSP server for the system Python (.ci/run installs it)")
     images, labels = demo_test_split
     frames = write_jpegs(tmp_path / "frames", LabelledVideo(images[:30], labels[:30], hold=3))
@@ -68,8 +69,7 @@ async def test_stall_and_new_resolution(app_config: Callable[..., AppConfig], se
             # 2. the camera comes back at another resolution
             server.stop()
             await _wait(lambda: _not(camera, "streaming"), 10, "the stop to be noticed")
-            server = RtspServer(frames, port)
-            server.cmd += ["--size", "320x240"]
+            server = RtspServer(frames, port, size="320x240")
             server.start()
             await _wait(lambda: _resolution(camera, [320, 240]), 30, "the camera at 320x240")
             analysed = (await camera())["frames_analysed"]

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,55 +21,17 @@ import numpy as np
 import pytest
 from conftest import results_channel, skip_or_fail
 
+from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
 from streams.testvideo import LabelledVideo, write_jpegs
 
 REPO = Path(__file__).resolve().parents[1]
-SERVER = REPO / "streams" / "rtsp_test_server.py"
-SYSTEM_PYTHON = "/usr/bin/python3"
 ARTIFACTS = REPO / "artifacts" / "test-rtsp"
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def _gst_rtsp_available() -> bool:
-    if not os.path.exists(SYSTEM_PYTHON):
-        return False
-    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import gi; gi.require_version('GstRtspServer', '1.0'); "
-                            "from gi.repository import GstRtspServer"], capture_output=True, check=False)
-    return probe.returncode == 0 and shutil.which("chromium") is not None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class RtspServer:
-    """gst-rtsp-server in a subprocess of the system Python; start() waits for READY."""
-
-    def __init__(self, frames: Path, port: int, fps: int = 30) -> None:
-        self.cmd = [SYSTEM_PYTHON, str(SERVER), "--frames", str(frames), "--port", str(port), "--fps", str(fps)]
-        self.url = f"rtsp://127.0.0.1:{port}/cam"
-        self.proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith("READY"):
-            self.stop()
-            raise RuntimeError(f"RTSP test server did not start: {line!r}")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-            self.proc = None
+    return gst_rtsp_available() and shutil.which("chromium") is not None
 
 
 @pytest.fixture
