@@ -32,6 +32,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
+from streams.testpeer import results_channel
 from streams.testvideo import LabelledVideo, LabelledVideoTrack, write_jpegs
 
 log = logging.getLogger(__name__)
@@ -61,15 +62,7 @@ async def _join(base: str, video: LabelledVideo, http: aiohttp.ClientSession) ->
     pc = RTCPeerConnection()
     peer = Peer(pc)
     pc.addTrack(LabelledVideoTrack(video))
-    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
-
-    @channel.on("message")
-    def on_message(message: str) -> None:
-        msg = json.loads(message)
-        if msg["type"] == "ping":
-            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-        elif msg["type"] == "result":
-            peer.results.append((time.monotonic(), msg))
+    results_channel(pc, lambda msg: peer.results.append((time.monotonic(), msg)))
 
     @pc.on("track")
     def on_track(track: Any) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from edge_app.config import AppConfig
+from streams.testpeer import results_channel  # noqa: F401  (the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "default"
@@ -143,18 +144,3 @@ async def chromium_page(fake_camera: Path | None = None) -> AsyncIterator[Any]:
 @pytest.fixture
 def browser() -> Callable[..., contextlib.AbstractAsyncContextManager[Any]]:
     return chromium_page
-
-
-def results_channel(pc: Any, on_result: Callable[[dict[str, Any]], None]) -> Any:
-    """Open the client's "results" data channel on ``pc``: answer the server's pings, pass results on."""
-    channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
-
-    @channel.on("message")
-    def on_message(message: str) -> None:
-        msg = json.loads(message)
-        if msg["type"] == "ping":
-            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-        elif msg["type"] == "result":
-            on_result(msg)
-
-    return channel
