@@ -194,9 +194,11 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
           f"{part(allowed, 13, 22).mean():.2f}/{part(allowed, 26, 32).mean():.2f}; {tmp_path / 'run'}")
     assert summary["frames"] > 300, summary
     assert set(np.unique(applied)) == {20.0, 150.0}, "the bridge applied both delays"
-    # the estimate follows the step within 3 s up and 4 s down
+    # the estimate follows the step within 3 s up and 4 s down (the trend term may overshoot by ~50 %
+    # for a few seconds after the rise: a worsening is projected one second ahead)
     assert np.all(part(est, 3, 10) < 50)
-    assert np.all((part(est, 13, 22) > 120) & (part(est, 13, 22) < 220))
+    during = part(est, 13, 22)
+    assert np.all(during > 120) and np.median(during) < 200 and during.max() < 300, (np.median(during), during.max())
     assert np.all(part(est, 26, 32) < 50)
     # shallower while the delay is high, deeper again after
     before, during, after = (part(allowed, *w).mean() for w in ((3, 10), (13, 22), (26, 32)))
