@@ -95,11 +95,16 @@ def config_text(policy: dict[str, Any], opts: BenchOptions, addr: str = netns.AP
             f"[budget]\ntotal_budget_ms = {opts.total_budget_ms}\nsafety_margin_ms = {opts.safety_margin_ms}\n")
 
 
-def camera_video(npz: Path, out: Path) -> tuple[Path, LabelledVideo]:
+def demo_video(npz: Path) -> LabelledVideo:
+    """The labelled video the fake camera plays: 150 demo test images, 3 frames each (15 s at 30 fps)."""
     if not npz.exists():
         raise FileNotFoundError(f"{npz}: no demo split (make it with: python -m exporter data)")
     with np.load(npz) as z:
-        video = LabelledVideo(z["images"][:150], z["labels"][:150], hold=3)
+        return LabelledVideo(z["images"][:150], z["labels"][:150], hold=3)
+
+
+def camera_video(npz: Path, out: Path) -> tuple[Path, LabelledVideo]:
+    video = demo_video(npz)
     path = out / "camera.y4m"
     if not path.exists():
         write_y4m(path, video)
@@ -300,9 +305,8 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
         raise RuntimeError(f"{policy}: the browser run failed (exit {drv.returncode}); {out / 'driver.log'}:\n{tail}")
     page = json.loads((out / "page.json").read_text())
     applied = AppliedDelay(bridge_log)
-    with np.load(opts.video_npz) as z:
-        video = LabelledVideo(z["images"][:150], z["labels"][:150], hold=3)
-    frames, unanswered = frame_records(page, applied, t0, trace.duration_s, video, opts.total_budget_ms)
+    frames, unanswered = frame_records(page, applied, t0, trace.duration_s, demo_video(opts.video_npz),
+                                       opts.total_budget_ms)
     write_frames_csv(frames, out / "frames.csv")
     summary = summarise(frames, unanswered, trace)
     summary["bridge"] = applied.summary

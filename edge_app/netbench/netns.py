@@ -53,13 +53,6 @@ class Namespaces:
     mid: str
     cli: str
 
-    def exec_prefix(self, ns: str) -> list[str]:
-        return ["ip", "netns", "exec", ns]
-
-    def pids(self, ns: str) -> list[int]:
-        r = _run("ip", "netns", "pids", ns, check=False)
-        return [int(p) for p in r.stdout.split()]
-
 
 def _offloads_off(ns: str, dev: str) -> None:
     for feature in ("tso", "gso", "gro", "tx", "rx", "sg"):  # one at a time: a veth may lack one of them
