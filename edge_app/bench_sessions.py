@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -44,12 +43,6 @@ class Peer:
     pc: RTCPeerConnection
     results: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _cpu_s(pid: int) -> float:
@@ -106,7 +99,7 @@ async def _camera_fps(http: aiohttp.ClientSession, base: str) -> dict[str, int]:
 async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
                cameras: int = 0) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     if npz is not None and npz.exists():
         with np.load(npz) as z:
             video = LabelledVideo(z["images"][:40], z["labels"][:40], hold=3)

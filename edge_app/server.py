@@ -54,8 +54,8 @@ class Offer(BaseModel):
     probe: bool = Field(False, description="read the frame counter stamped in the left margin of each frame")
 
 
-def json_error(status: int, reason: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status)
+def json_error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": reason}, status=status, headers=headers)
 
 
 @web.middleware
@@ -69,8 +69,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         reason = exc.text or exc.reason
         if exc.status == 413:
             reason = f"request body over {MAX_BODY_BYTES // 1024} KiB ({reason})"
-        return web.json_response({"error": reason}, status=exc.status,
-                                 headers={k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")})
+        return json_error(exc.status, reason, {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")})
 
 
 def model_status(rt: ModelRuntime) -> dict[str, Any]:
@@ -120,9 +119,9 @@ async def offer(request: web.Request) -> web.Response:
     if retry is not None:
         metrics.offers.labels("refused-429").inc()
         limit = request.app[CONFIG_KEY].server.max_offers_per_minute
-        return web.json_response({"error": f"too many offers from {client}: at most {limit} a minute "
-                                           f"([server] max_offers_per_minute); retry in {retry:.0f} s"},
-                                 status=429, headers={"Retry-After": str(max(1, round(retry)))})
+        return json_error(429, f"too many offers from {client}: at most {limit} a minute "
+                               f"([server] max_offers_per_minute); retry in {retry:.0f} s",
+                          {"Retry-After": str(max(1, round(retry)))})
     if request.content_type != "application/json":
         metrics.offers.labels("bad-request").inc()
         return json_error(415, f"Content-Type must be application/json, not {request.content_type!r}")

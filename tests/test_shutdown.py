@@ -17,20 +17,15 @@ from aiortc import RTCPeerConnection
 from conftest import DEFAULT_MODEL
 from test_live_session import VideoFileTrack, collect, connect
 
+from streams.rtsp_test_camera import free_port
 from streams.testvideo import LabelledVideo
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _start(tmp_path: Path, shutdown_timeout_s: float = 3.0, extra: str = "") -> tuple[subprocess.Popen[str], str]:
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'[server]\nport = {port}\nice_host_addresses = ["127.0.0.1"]\nshutdown_timeout_s = '
                    f'{shutdown_timeout_s}\n\n[model]\npath = "{DEFAULT_MODEL}"\nwarmup_runs = 1\n{extra}')
