@@ -8,7 +8,10 @@ frame": a random crop of a photo (recoloured: hue, channel order, saturation,
 sometimes grey or inverted; half the time blended with a second crop), maybe
 a digit pasted into it at a random
 position, scale, ink colour and opacity, then blur, noise, a lighting
-gradient and sometimes an occluding patch.  Class 10 is "no digit".
+gradient and sometimes an occluding patch.  Class 10 is "no digit".  Training
+frames alone also get clutter (rings, arcs, boxes, strokes) in any class, so
+shapes like cup rims are no cue; calibration and test frames are drawn exactly
+as before, so accuracies of models trained on different recipes compare.
 
 Splits are disjoint both by source digit (per class, the first 70% of the
 package's samples train, the next 15% calibrate, the last 15% test) and by
@@ -45,11 +48,16 @@ BACKGROUND_SPLITS: dict[str, tuple[str, ...]] = {
         "astronaut.png", "brick.png", "camera.png", "cell.png", "clock_motion.png", "coins.png",
         "color.png", "grass.png", "hubble_deep_field.jpg", "ihc.png", "microaneurysms.png",
         "motorcycle_left.png", "motorcycle_right.png", "page.png",
+        # added with the second recipe: silhouettes, flat graphics and a checkerboard
+        "horse.png", "logo.png", "phantom.png", "chessboard_RGB.png",
     ),
     "calibration": ("chelsea.png", "moon.png", "retina.jpg"),
     "test": ("coffee.png", "rocket.jpg", "gravel.png", "text.png"),
 }
-DEFAULT_COUNTS = {"train": 20000, "calibration": 2000, "test": 2000}
+DEFAULT_COUNTS = {"train": 100000, "calibration": 2000, "test": 2000}
+#: Share of training frames that get :func:`_clutter`; calibration and test frames never do, so
+#: those two splits are the same frames as with the first recipes (same seed, same draws).
+TRAIN_CLUTTER_P = 0.35
 IMAGE_SIZE = 96
 
 
@@ -166,6 +174,30 @@ def _distractor(rng: np.random.Generator, canvas: np.ndarray) -> None:
         cv2.line(canvas, p1, p2, colour, int(rng.integers(1, 4)))
 
 
+def _clutter(rng: np.random.Generator, canvas: np.ndarray) -> None:
+    """Training split only: rings, ellipses, arcs, box outlines and strokes in frames of *any* class,
+    so that round shapes (cup rims) and lines are not read as a digit or as "no digit"."""
+    size = canvas.shape[0]
+    for _ in range(rng.integers(1, 4)):
+        colour = tuple(float(v) for v in rng.uniform(0, 255, 3))
+        thick = int(rng.integers(1, 5))
+        centre = tuple(int(v) for v in rng.integers(0, size, 2))
+        kind = rng.integers(0, 4)
+        if kind == 0:  # ring or ellipse, maybe partial
+            axes = tuple(int(v) for v in rng.integers(size // 10, size // 2, 2))
+            start = float(rng.uniform(0, 360))
+            span = float(rng.uniform(90, 360))
+            cv2.ellipse(canvas, centre, axes, float(rng.uniform(0, 180)), start, start + span, colour, thick)
+        elif kind == 1:
+            cv2.circle(canvas, centre, int(rng.integers(size // 12, size // 3)), colour, thick)
+        elif kind == 2:
+            w, h = rng.integers(size // 8, size // 2, 2)
+            cv2.rectangle(canvas, centre, (int(centre[0] + w), int(centre[1] + h)), colour, thick)
+        else:
+            end = tuple(int(v) for v in rng.integers(0, size, 2))
+            cv2.line(canvas, centre, end, colour, thick)
+
+
 def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
     size = img.shape[0]
     if rng.random() < 0.25:  # occluding patch, never big enough to hide a whole digit
@@ -200,6 +232,8 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0) 
         if rng.random() < 0.5:  # blend in a second crop of the split's photos: more varied scenes
             w = rng.uniform(0.25, 0.6)
             canvas = (1 - w) * canvas + w * _crop(rng, photos[rng.integers(0, len(photos))], IMAGE_SIZE)
+        if split == "train" and rng.random() < TRAIN_CLUTTER_P:
+            _clutter(rng, canvas)
         label = int(labels[n])
         if label == NO_DIGIT:
             if rng.random() < 0.5:
@@ -210,6 +244,8 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0) 
             digit_ids[n] = rng.integers(lo, hi)
             _paste_digit(rng, canvas, pool[digit_ids[n]])
         images[n] = _degrade(rng, canvas)
+        if (n + 1) % 10000 == 0 and n + 1 < count:
+            log.info("%s: %d of %d frames drawn", split, n + 1, count)
     return DemoSplit(images, labels.astype(np.int64), digit_ids, bgs)
 
 

@@ -1,0 +1,61 @@
+"""The demo data recipe: splits disjoint by digit and by photo, deterministic, clutter in training only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("skimage", reason="the demo recipe needs the train extra (scikit-image)")
+
+from exporter import demo_data
+
+MNIST_CACHE = Path(__file__).resolve().parents[1] / "data" / "cache"  # as conftest's fixtures use it
+
+
+@pytest.fixture(scope="module")
+def digits() -> list[np.ndarray]:
+    return demo_data.load_digits(demo_data.fetch_mnist(MNIST_CACHE))
+
+
+def test_no_photo_is_in_two_splits() -> None:
+    seen: dict[str, str] = {}
+    for split, names in demo_data.BACKGROUND_SPLITS.items():
+        for name in names:
+            assert name not in seen, f"{name} is in both {seen[name]} and {split}"
+            seen[name] = split
+    assert set(demo_data.BACKGROUND_SPLITS) == set(demo_data.SPLITS)
+
+
+def test_no_digit_sample_is_in_two_splits(digits: list[np.ndarray]) -> None:
+    ids = {s: demo_data.make_split(s, 300, digits) for s in demo_data.SPLITS}
+    for a in demo_data.SPLITS:
+        for b in demo_data.SPLITS:
+            if a < b:
+                for cls in range(10):
+                    da = set(ids[a].digit_ids[ids[a].labels == cls])
+                    db = set(ids[b].digit_ids[ids[b].labels == cls])
+                    assert not da & db, f"class {cls}: digits {sorted(da & db)[:5]} in both {a} and {b}"
+    assert all(((s.labels == demo_data.NO_DIGIT) == (s.digit_ids == -1)).all() for s in ids.values())
+
+
+def test_clutter_touches_the_training_split_only(digits: list[np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+    with_clutter = {s: demo_data.make_split(s, 40, digits) for s in ("train", "test")}
+    monkeypatch.setattr(demo_data, "TRAIN_CLUTTER_P", 0.0)
+    without = {s: demo_data.make_split(s, 40, digits) for s in ("train", "test")}
+    # test (and calibration) frames are drawn exactly as before, so accuracies across recipes compare
+    assert np.array_equal(with_clutter["test"].images, without["test"].images)
+    assert not np.array_equal(with_clutter["train"].images, without["train"].images)
+
+
+def test_a_split_is_a_pure_function_of_its_seed(digits: list[np.ndarray]) -> None:
+    a, b = demo_data.make_split("calibration", 30, digits), demo_data.make_split("calibration", 30, digits)
+    c = demo_data.make_split("calibration", 30, digits, seed=1)
+    assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
+    assert not np.array_equal(a.images, c.images)
+
+
+def test_unknown_split_is_refused(digits: list[np.ndarray]) -> None:
+    with pytest.raises(ValueError, match="unknown split 'val'"):
+        demo_data.make_split("val", 1, digits)
