@@ -99,7 +99,7 @@ async def run(cfg: AppConfig, rt: ModelRuntime, duration_s: float, window_s: flo
     packets = encode_vp8(video)
     loop = asyncio.get_running_loop()
     metrics = Metrics(rt.manifest.name, rt.providers, rt.num_exits)
-    est = NetworkEstimate(2.0, 2.0, 0.0, 1_000_000, False, False)  # loopback: measured RTT ~1-2 ms
+    est = NetworkEstimate(2.0, 2.0, 0.0, 1_000_000, False, False, 2.0)  # loopback: measured RTT ~1-2 ms
     view = NetworkView(est, 1_000_000 / 8 / FPS)
     slot: LatestSlot[SourceFrame] = LatestSlot()
     pool = ThreadPoolExecutor(cfg.model.workers, thread_name_prefix="inference")

@@ -2,7 +2,13 @@
 
     compute budget = total_budget_ms - network_ms - waited_ms - safety_margin_ms
     network_ms     = rtt_ms + frame_bits / bitrate   (the frame came up, the result goes back down,
-                                                      and the annotated frame must be sent)
+                     + late_ms                        and the annotated frame must be sent)
+    late_ms        = max(0, arrival_delay_ms - (rtt_ms - rtt_low_ms) / 2)
+
+``late_ms`` is the part of the frame's own measured uplink delay (its
+arrival against the fastest recent frame's, ``streams.netstats.ArrivalDelay``)
+that the round-trip estimate does not cover yet: the up-leg then was about
+``rtt_low_ms / 2``, the estimate counts ``rtt_ms / 2`` for it now.
 
 ``horizon`` is the number of exits whose predicted cumulative cost fits; at
 least 1, so that every frame gets an answer even when the deadline is lost.
@@ -20,6 +26,7 @@ class Budget:
     network_ms: float
     waited_ms: float
     compute_ms: float  # may be negative: the deadline is already lost
+    late_ms: float = 0.0  # included in network_ms
 
 
 def send_time_ms(frame_bytes: float, bitrate_bps: float) -> float:
@@ -28,10 +35,15 @@ def send_time_ms(frame_bytes: float, bitrate_bps: float) -> float:
     return 8.0 * frame_bytes / bitrate_bps * 1e3
 
 
+def late_uplink_ms(arrival_delay_ms: float, rtt_ms: float, rtt_low_ms: float) -> float:
+    """The frame's extra uplink delay beyond what ``rtt_ms`` already counts (see the module text)."""
+    return max(0.0, arrival_delay_ms - max(0.0, rtt_ms - rtt_low_ms) / 2)
+
+
 def frame_budget(total_ms: float, rtt_ms: float, frame_bytes: float, bitrate_bps: float, waited_ms: float,
-                 margin_ms: float = 0.0) -> Budget:
-    network = rtt_ms + send_time_ms(frame_bytes, bitrate_bps)
-    return Budget(total_ms, network, waited_ms, total_ms - network - waited_ms - margin_ms)
+                 margin_ms: float = 0.0, late_ms: float = 0.0) -> Budget:
+    network = rtt_ms + send_time_ms(frame_bytes, bitrate_bps) + late_ms
+    return Budget(total_ms, network, waited_ms, total_ms - network - waited_ms - margin_ms, late_ms)
 
 
 def horizon(compute_ms: float, predicted_cost_ms: Sequence[float]) -> int:

@@ -72,10 +72,10 @@ class Hub:
         log.info("policy %s; %d camera(s) configured", self.policy.name, len(self.cameras))
 
     def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], network: Any,
-                  probe: bool = False) -> AnalysisPipeline:
+                  probe: bool = False, uplink_from_frames: bool = False) -> AnalysisPipeline:
         return AnalysisPipeline(source, metric_source, slot, self.runtime, self.policy, self.config.budget,
                                 self.executor, self.metrics, network, probe, self.config.smoothing,
-                                truncate=self.config.policy.truncate)
+                                truncate=self.config.policy.truncate, uplink_from_frames=uplink_from_frames)
 
     def camera_network(self, camera: str) -> NetworkView:
         """A camera's budget must suit every viewer: the view of the one whose network costs most."""
@@ -112,7 +112,8 @@ class Hub:
                 slot: LatestSlot[SourceFrame] = LatestSlot()
                 source = f"browser-{sid}"
                 session.reader = TrackReader(track, slot, source)
-                session.own_pipeline = self._pipeline(source, "browser", slot, session.network_view, probe)
+                session.own_pipeline = self._pipeline(source, "browser", slot, session.network_view, probe,
+                                                      uplink_from_frames=True)
                 session.watch(session.own_pipeline)
                 session.reader.start()
                 session.own_pipeline.start()

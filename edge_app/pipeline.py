@@ -25,7 +25,7 @@ import cv2
 import numpy as np
 
 from edge_app.annotate import Overlay, annotate
-from edge_app.budget import Budget, frame_budget
+from edge_app.budget import Budget, frame_budget, late_uplink_ms
 from edge_app.config import BudgetConfig, SmoothingConfig
 from edge_app.metrics import Metrics
 from edge_app.scheduler import FrameScheduler
@@ -35,7 +35,7 @@ from models.errors import SegmentRunError
 from models.policies import ExitPolicy
 from models.runtime import ModelRuntime
 from streams.frames import Broadcast, LatestSlot, SlotClosed, SourceFrame
-from streams.netstats import NetworkEstimate
+from streams.netstats import ArrivalDelay, NetworkEstimate
 from streams.stamp import read_stamp
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,8 @@ class AnalysisPipeline:
     def __init__(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], runtime: ModelRuntime,
                  policy: ExitPolicy, budget: BudgetConfig, executor: Executor, metrics: Metrics,
                  network: Callable[[], NetworkView], probe: bool = False,
-                 smoothing: SmoothingConfig | None = None, truncate: bool = True) -> None:
+                 smoothing: SmoothingConfig | None = None, truncate: bool = True,
+                 uplink_from_frames: bool = False) -> None:
         self.source = source
         self.metric_source = metric_source
         self.slot = slot
@@ -136,6 +137,8 @@ class AnalysisPipeline:
         self.deadline_misses = 0
         self.last: FrameResult | None = None
         self._post_ms = RunningCost(1.0, 64, percentile=90)  # annotation, budgeted ahead of time
+        # a browser's own camera comes over the viewer's path: its frames' arrival shows the up-leg at once
+        self._arrival = ArrivalDelay() if uplink_from_frames else None
         self._task: asyncio.Task[None] | None = None
         slot.on_put = metrics.frames_received.labels(metric_source).inc
         slot.on_drop = metrics.frames_dropped.labels(metric_source, "analysis").inc
@@ -185,8 +188,11 @@ class AnalysisPipeline:
         t2 = time.monotonic()
         waited_ms = (t2 - sf.arrived_s) * 1e3
         est = net.estimate
+        late_ms = 0.0
+        if self._arrival is not None and sf.frame.pts is not None:
+            late_ms = late_uplink_ms(self._arrival.add(sf.frame.pts, sf.arrived_s), est.rtt_ms, est.rtt_low_ms)
         budget = frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps, waited_ms,
-                              cfg.safety_margin_ms + self._post_ms.high_ms)
+                              cfg.safety_margin_ms + self._post_ms.high_ms, late_ms)
         dec = self.scheduler.analyse(x, budget.compute_ms)
         sm = self.smoother.update(dec.result.probs, dec.exit_index)
         t3 = time.monotonic()

@@ -9,6 +9,13 @@ worsening network is seen before the average catches up.  A falling RTT is
 followed at the EWMA's pace: degrade early, recover with care.  Until
 the first sample it answers with a configured prior.  ``BitrateEstimator``
 does the same for REMB / receive-side bitrate estimates, without the trend.
+
+``ArrivalDelay`` reads the uplink from the frames themselves: each frame's
+transit (arrival here minus its RTP timestamp, which the sender takes at
+capture; RFC 3550's relative transit, no clock sync needed) against the
+fastest transit of the last ``window_s``.  A frame held up on its way in
+(a delay step the RTT samples have not shown yet, a packet waiting for its
+retransmission) is seen when it arrives, not a round trip later.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ class NetworkEstimate:
     bitrate_bps: float
     rtt_from_prior: bool
     bitrate_from_prior: bool
+    rtt_low_ms: float  # the smallest sample of the last LOW_WINDOW_S
 
 
 class _Ewma:
@@ -42,19 +50,47 @@ class _Ewma:
         self.value = v if self.value is None else self.alpha * v + (1 - self.alpha) * self.value
 
 
+class _WindowMin:
+    """Minimum of the values added in the last ``window_s`` seconds (monotonic deque, O(1) amortised)."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._q: deque[tuple[float, float]] = deque()
+
+    def add(self, t_s: float, v: float) -> None:
+        while self._q and self._q[-1][1] >= v:
+            self._q.pop()
+        self._q.append((t_s, v))
+        while self._q[0][0] < t_s - self.window_s:
+            self._q.popleft()
+
+    def clear(self) -> None:
+        self._q.clear()
+
+    @property
+    def value(self) -> float | None:
+        return self._q[0][1] if self._q else None
+
+
+#: ``RttEstimator.low_ms`` and ``ArrivalDelay`` look back this far for the network's best recent moment.
+LOW_WINDOW_S = 10.0
+
+
 class RttEstimator:
     def __init__(self, prior_ms: float, alpha: float = 0.3, window: int = 16, lookahead_s: float = 1.0,
-                 min_ms: float = 0.1, max_ms: float = 10_000.0) -> None:
+                 min_ms: float = 0.1, max_ms: float = 10_000.0, low_window_s: float = LOW_WINDOW_S) -> None:
         self.prior_ms = prior_ms
         self._ewma = _Ewma(alpha)
         self.lookahead_s = lookahead_s
         self.min_ms, self.max_ms = min_ms, max_ms
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
+        self._low = _WindowMin(low_window_s)
 
     def add(self, t_s: float, rtt_ms: float) -> None:
         """A new sample at time ``t_s`` (seconds, monotonic). Samples outside [min_ms, max_ms] are clamped."""
         v = min(max(rtt_ms, self.min_ms), self.max_ms)
         self._samples.append((t_s, v))
+        self._low.add(t_s, v)
         self._ewma.add(v)
         if len(self._samples) >= 2:  # a rise seen twice in a row is real: do not wait for the average
             confirmed = min(self._samples[-1][1], self._samples[-2][1])
@@ -82,6 +118,45 @@ class RttEstimator:
     def estimate_ms(self) -> float:
         return self.smoothed_ms + max(0.0, self.trend_ms_per_s) * self.lookahead_s
 
+    @property
+    def low_ms(self) -> float:
+        """The smallest sample of the last ``low_window_s`` (the prior before any)."""
+        low = self._low.value
+        return self.prior_ms if low is None else low
+
+
+class ArrivalDelay:
+    """How much later than the fastest recent frame this frame arrived, in ms (0 for the fastest).
+
+    ``add(rtp_timestamp, arrived_s)`` takes the frame's RTP timestamp (``clock_rate`` ticks, 32 bits,
+    wrapping) and its arrival time (seconds, monotonic).  A jump of more than ``reset_s`` either way
+    (the sender restarted its clock) starts the window again instead of reporting seconds of delay.
+    """
+
+    def __init__(self, window_s: float = LOW_WINDOW_S, clock_rate: int = 90_000, reset_s: float = 5.0) -> None:
+        self.clock_rate = clock_rate
+        self.reset_s = reset_s
+        self._low = _WindowMin(window_s)
+        self._last_ts: int | None = None
+        self._unwrapped = 0
+
+    def add(self, rtp_timestamp: int, arrived_s: float) -> float:
+        ts = int(rtp_timestamp) & 0xFFFFFFFF
+        if self._last_ts is None:
+            self._unwrapped = ts
+        else:
+            step = (ts - self._last_ts) & 0xFFFFFFFF
+            self._unwrapped += step - (1 << 32) if step >= 1 << 31 else step
+        self._last_ts = ts
+        transit = arrived_s - self._unwrapped / self.clock_rate
+        low = self._low.value
+        if low is not None and abs(transit - low) > self.reset_s:
+            self._low.clear()
+        self._low.add(arrived_s, transit)
+        base = self._low.value
+        assert base is not None
+        return (transit - base) * 1e3
+
 
 class BitrateEstimator:
     def __init__(self, prior_bps: float, alpha: float = 0.3, min_bps: float = 10_000.0) -> None:
@@ -103,4 +178,4 @@ class BitrateEstimator:
 
 def snapshot(rtt: RttEstimator, bitrate: BitrateEstimator) -> NetworkEstimate:
     return NetworkEstimate(rtt.estimate_ms, rtt.smoothed_ms, rtt.trend_ms_per_s, bitrate.estimate_bps,
-                           not rtt.has_samples, not bitrate.has_samples)
+                           not rtt.has_samples, not bitrate.has_samples, rtt.low_ms)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edge_app.budget import frame_budget, horizon, send_time_ms
-from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from edge_app.budget import frame_budget, horizon, late_uplink_ms, send_time_ms
+from streams.netstats import ArrivalDelay, BitrateEstimator, RttEstimator, snapshot
 
 
 def test_prior_until_the_first_sample() -> None:
@@ -55,6 +55,50 @@ def test_budget_arithmetic() -> None:
     assert b.network_ms == pytest.approx(140.0) and b.compute_ms == pytest.approx(95.0)
     with pytest.raises(ValueError):
         send_time_ms(1, 0)
+
+
+def test_rtt_low_is_the_smallest_sample_of_the_window() -> None:
+    rtt = RttEstimator(prior_ms=50, low_window_s=10.0)
+    assert rtt.low_ms == 50, "the prior before any sample"
+    for t, v in [(0.0, 30.0), (1.0, 20.0), (2.0, 150.0), (9.0, 160.0)]:
+        rtt.add(t, v)
+    assert rtt.low_ms == 20.0
+    rtt.add(11.5, 155.0)  # the 20 ms sample (t = 1) has left the window
+    assert rtt.low_ms == 150.0
+    assert snapshot(rtt, BitrateEstimator(1e6)).rtt_low_ms == 150.0
+
+
+def test_arrival_delay_is_transit_against_the_fastest_recent_frame() -> None:
+    d = ArrivalDelay(window_s=10.0)
+    # 30 fps, 90 kHz: 3000 ticks a frame; the sender's clock starts anywhere
+    for n in range(30):
+        assert d.add(123_456 + 3000 * n, 100.0 + n / 30 + 0.040) == pytest.approx(0.0, abs=1e-6)
+    # the path gets 70 ms slower: seen on the very next frame, no round trip needed
+    assert d.add(123_456 + 3000 * 30, 100.0 + 30 / 30 + 0.110) == pytest.approx(70.0)
+    # a frame faster than all before it is the new baseline
+    assert d.add(123_456 + 3000 * 31, 100.0 + 31 / 30 + 0.030) == pytest.approx(0.0)
+    assert d.add(123_456 + 3000 * 32, 100.0 + 32 / 30 + 0.045) == pytest.approx(15.0)
+
+
+def test_arrival_delay_unwraps_the_rtp_clock_and_survives_a_restart() -> None:
+    d = ArrivalDelay(window_s=10.0)
+    start = (1 << 32) - 3000 * 5
+    for n in range(10):  # wraps after 5 frames
+        assert d.add((start + 3000 * n) & 0xFFFFFFFF, 5.0 + n / 30) == pytest.approx(0.0, abs=1e-6)
+    # the sender restarts its clock at a random offset (hours away): not reported as delay
+    restart = (start + 3000 * 10 + (1 << 30)) & 0xFFFFFFFF
+    assert d.add(restart, 5.0 + 10 / 30) == pytest.approx(0.0)
+    assert d.add(restart + 3000, 5.0 + 11 / 30 + 0.020) == pytest.approx(20.0)
+
+
+def test_late_uplink_counts_only_what_the_rtt_estimate_does_not() -> None:
+    # RTT estimate still at its low (20 ms) while the frame came 70 ms late: all 70 ms are extra
+    assert late_uplink_ms(70.0, rtt_ms=20.0, rtt_low_ms=20.0) == pytest.approx(70.0)
+    # the estimate has caught up with a 160 ms round trip: its up-leg already holds 70 ms more
+    assert late_uplink_ms(70.0, rtt_ms=160.0, rtt_low_ms=20.0) == pytest.approx(0.0)
+    assert late_uplink_ms(0.0, rtt_ms=20.0, rtt_low_ms=20.0) == 0.0
+    b = frame_budget(total_ms=300, rtt_ms=20, frame_bytes=0, bitrate_bps=1e6, waited_ms=0, margin_ms=0, late_ms=70)
+    assert b.network_ms == pytest.approx(90.0) and b.compute_ms == pytest.approx(210.0) and b.late_ms == 70.0
 
 
 def test_horizon_counts_the_exits_that_fit() -> None:

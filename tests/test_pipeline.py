@@ -29,7 +29,7 @@ def runtime() -> ModelRuntime:
 
 
 def view(rtt_ms: float, bitrate_bps: float = 1e6) -> NetworkView:
-    return NetworkView(NetworkEstimate(rtt_ms, rtt_ms, 0.0, bitrate_bps, False, False), bitrate_bps / 8 / 30)
+    return NetworkView(NetworkEstimate(rtt_ms, rtt_ms, 0.0, bitrate_bps, False, False, rtt_ms), bitrate_bps / 8 / 30)
 
 
 async def run_frames(runtime: ModelRuntime, frames: list[np.ndarray], network: NetworkView,
