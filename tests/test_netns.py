@@ -184,6 +184,7 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     applied = np.array([float(r["applied_rtt_ms"]) for r in rows])
     exit_used = np.array([int(r["exit"]) for r in rows])
     allowed = np.array([int(r["horizon"]) for r in rows])
+    late = np.array([float(r["late_ms"]) for r in rows])
 
     def part(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
         return a[(t >= lo) & (t < hi)]
@@ -193,7 +194,9 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
           f"{np.median(part(est, 13, 22)):.0f}/{np.median(part(est, 26, 32)):.0f} ms, mean exit "
           f"{part(exit_used, 3, 10).mean():.2f}/{part(exit_used, 13, 22).mean():.2f}/"
           f"{part(exit_used, 26, 32).mean():.2f}, exits allowed {part(allowed, 3, 10).mean():.2f}/"
-          f"{part(allowed, 13, 22).mean():.2f}/{part(allowed, 26, 32).mean():.2f}; {tmp_path / 'run'}")
+          f"{part(allowed, 13, 22).mean():.2f}/{part(allowed, 26, 32).mean():.2f}, late_ms median before "
+          f"{np.median(part(late, 3, 10)):.0f}, first 0.5 s after the rise {np.median(part(late, 10.0, 10.5)):.0f}; "
+          f"{tmp_path / 'run'}")
     assert summary["frames"] > 300, summary
     assert set(np.unique(applied)) == {20.0, 150.0}, "the bridge applied both delays"
     # the estimate follows the step within 3 s up and 4 s down (the trend term may overshoot by ~50 %
@@ -202,6 +205,9 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     during = part(est, 13, 22)
     assert np.all(during > 120) and np.median(during) < 200 and during.max() < 300, (np.median(during), during.max())
     assert np.all(part(est, 26, 32) < 50)
+    # before any RTT sample shows the step, the frames themselves do: they arrive ~65 ms later
+    assert np.median(part(late, 3, 10)) < 25 and np.median(part(late, 10.0, 10.5)) > 35, (
+        np.median(part(late, 3, 10)), part(late, 10.0, 10.5))
     # shallower while the delay is high, deeper again after
     before, during, after = (part(allowed, *w).mean() for w in ((3, 10), (13, 22), (26, 32)))
     assert before > 2.5 and during < 2.0 and after > 2.5, (before, during, after)
