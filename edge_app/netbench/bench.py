@@ -77,7 +77,7 @@ class FrameRecord:
     to_server_ms: float  # stamping -> the frame decoded at the server (browser encode, uplink, decode)
     server_ms: float  # decoded at the server -> result sent (wait, pre-process, compute, annotate)
     hit: bool  # to_result_ms <= total_budget_ms
-    late_ms: float = 0.0  # the frame's own uplink delay beyond the RTT estimate's (budget.late_ms)
+    late_ms: float = 0.0  # budget.late_ms (0 when read from a frames.csv written before it existed)
 
     @property
     def correct(self) -> bool:
@@ -157,7 +157,7 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
             horizon=r["horizon"], compute_ms=r["costs"]["actual_ms"], label=video.label_of_stamp(src),
             answer=r["raw"]["class"], smoothed=r["smoothed"]["class"], to_result_ms=to_result,
             to_display_ms=None if shown is None else shown - t_ms, to_server_ms=r["arrived_unix_ms"] - t_ms,
-            server_ms=r["latency_ms"], hit=to_result <= total_ms, late_ms=r["budget"].get("late_ms", 0.0)))
+            server_ms=r["latency_ms"], hit=to_result <= total_ms, late_ms=r["budget"]["late_ms"]))
     out.sort(key=lambda f: f.t_s)
     return out, len(in_window) - len(answered)
 
