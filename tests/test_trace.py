@@ -48,3 +48,23 @@ def test_shipped_traces_load_by_name(tmp_path: Path) -> None:
     assert load_trace("bursty").worsenings() == [10, 20, 30, 40]
     with pytest.raises(TraceError, match=r"no such trace file.*shipped traces: bursty"):
         load_trace(tmp_path / "missing.csv")
+
+
+def test_unavoidable_misses_are_frames_that_reached_the_server_too_late() -> None:
+    from edge_app.netbench.bench import FrameRecord, unavoidable
+
+    def frame(to_server: float, server: float, compute: float, runs: int, downlink: float = 100.0) -> FrameRecord:
+        to_result = to_server + server + downlink
+        return FrameRecord(0.0, 0, 200.0, 200.0, False, 0.0, 1, runs, 3, compute, 1, 1, 1, to_result, None,
+                           to_server, server, to_result <= 300.0)
+
+    frames = [
+        frame(140.0, 40.0, 25.0, 1),  # on time
+        frame(140.0, 90.0, 75.0, 3),  # late, but exit 1 at once (25 ms) would have made it: the policy's miss
+        frame(180.0, 30.0, 25.0, 1),  # 180 + 25 + 100 > 300: late whatever ran
+        frame(250.0, 30.0, 25.0, 1),  # held behind a retransmission
+    ]
+    assert [f.to_server_ms for f in unavoidable(frames, 300.0)] == [180.0, 250.0]
+    # the exit-1 cost is this run's own median over frames that ran exit 1 alone
+    assert unavoidable([frame(170.0, 30.0, 40.0, 1)], 300.0) != []
+    assert unavoidable([frame(170.0, 30.0, 20.0, 1)], 300.0) == []

@@ -162,7 +162,17 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
     return out, len(in_window) - len(answered)
 
 
-def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace) -> dict[str, Any]:
+def unavoidable(frames: list[FrameRecord], total_ms: float) -> list[FrameRecord]:
+    """Frames no policy could have answered on time: even exit 1 run the moment the frame was decoded
+    (no wait, the run's median exit-1-only compute) plus the downlink its result actually had is late,
+    because the frame itself reached the server too late (held behind a retransmission, say)."""
+    alone = [f.compute_ms for f in frames if f.exits_run == 1]
+    exit1_ms = float(np.median(alone)) if alone else min((f.compute_ms for f in frames), default=0.0)
+    return [f for f in frames
+            if f.to_server_ms + exit1_ms + (f.to_result_ms - f.to_server_ms - f.server_ms) > total_ms]
+
+
+def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms: float) -> dict[str, Any]:
     if not frames:
         return {"frames": 0, "unanswered": unanswered}
     good_rtt = min(s.rtt_ms for s in trace.steps)
@@ -190,8 +200,8 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace) -> dict[
         "mean_exit_good": float(np.mean([f.exit for f in good])) if good else None,
         "mean_exit_bad": float(np.mean([f.exit for f in bad])) if bad else None,
         "misses_after_worsening": int(sum(not f.hit for f in after)), "frames_after_worsening": len(after),
-        # exit 1 always runs: a frame that missed with exit 1 alone was late whatever the policy chose
         "misses_exit1_only": int(sum(not f.hit and f.exits_run == 1 for f in frames)),
+        "misses_unavoidable": len(unavoidable(frames, total_ms)),
         "misses": int(sum(not f.hit for f in frames)),
         "to_result_p50_ms": pct(res, 50), "to_result_p95_ms": pct(res, 95),
         "to_display_p50_ms": pct(disp, 50), "to_display_p95_ms": pct(disp, 95),
@@ -237,7 +247,7 @@ def plot_run(frames: list[FrameRecord], trace: Trace, policy: str, total_ms: flo
     for a in ax:
         for w in trace.worsenings():
             a.axvline(w, color="#fca5a5", lw=0.8)
-    s = summarise(frames, 0, trace)
+    s = summarise(frames, 0, trace, total_ms)
     fig.suptitle(f"{policy} on {Path(trace.name).stem}: deadline hit {100 * s['deadline_hit_rate']:.1f} %, "
                  f"accuracy {100 * s['accuracy']:.1f} %, mean compute {s['mean_compute_ms']:.1f} ms")
     fig.tight_layout()
@@ -309,7 +319,7 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
     frames, unanswered = frame_records(page, applied, t0, trace.duration_s, demo_video(opts.video_npz),
                                        opts.total_budget_ms)
     write_frames_csv(frames, out / "frames.csv")
-    summary = summarise(frames, unanswered, trace)
+    summary = summarise(frames, unanswered, trace, opts.total_budget_ms)
     summary["bridge"] = applied.summary
     if frames:
         plot_run(frames, trace, policy, opts.total_budget_ms, out / "timeseries.png")
@@ -337,11 +347,11 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
 def table(results: dict[str, dict[str, Any]]) -> str:
     head = ("| policy | frames | deadline hit % | hit % (good / bad) | accuracy % | accuracy good / bad % "
             "| mean compute ms | mean exit (good / bad) | misses in 1st s after worsening | result p50 / p95 ms "
-            "| display p50 / p95 ms | no result | misses (with exit 1 alone) |")
-    rows = [head, "|" + "---|" * 13]
+            "| display p50 / p95 ms | no result | misses (with exit 1 alone) | misses no policy could avoid |")
+    rows = [head, "|" + "---|" * 14]
     for name, s in results.items():
         if not s.get("frames"):
-            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} | – |")
+            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} | – | – |")
             continue
         rows.append(
             f"| {name} | {s['frames']} | {_fmt(s['deadline_hit_rate'], 100)} | {_fmt(s['hit_rate_good'], 100)} / "
@@ -350,7 +360,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             f"{_fmt(s['mean_exit_bad'], 1, 2)} | {s['misses_after_worsening']} of {s['frames_after_worsening']} | "
             f"{_fmt(s['to_result_p50_ms'], 1, 0)} / {_fmt(s['to_result_p95_ms'], 1, 0)} | "
             f"{_fmt(s['to_display_p50_ms'], 1, 0)} / {_fmt(s['to_display_p95_ms'], 1, 0)} | {s['unanswered']} | "
-            f"{s['misses']} ({s['misses_exit1_only']}) |")
+            f"{s['misses']} ({s['misses_exit1_only']}) | {s.get('misses_unavoidable', '–')} |")
     return "\n".join(rows)
 
 
@@ -372,7 +382,8 @@ def retabulate(out: Path, traces: list[str], policies: list[str], opts: BenchOpt
         per: dict[str, dict[str, Any]] = {}
         for pol in policies:
             frames = read_frames_csv(out / stem / SLUG[pol] / "frames.csv")
-            per[pol] = {**summarise(frames, old[pol]["unanswered"], trace), "bridge": old[pol].get("bridge")}
+            per[pol] = {**summarise(frames, old[pol]["unanswered"], trace, opts.total_budget_ms),
+                        "bridge": old[pol].get("bridge")}
             if frames:
                 plot_run(frames, trace, pol, opts.total_budget_ms, out / stem / SLUG[pol] / "timeseries.png")
         _write_summary(out, stem, per, opts)
