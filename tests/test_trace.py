@@ -63,8 +63,9 @@ def test_unavoidable_misses_are_frames_that_reached_the_server_too_late() -> Non
         frame(140.0, 90.0, 75.0, 3),  # late, but exit 1 at once (25 ms) would have made it: the policy's miss
         frame(180.0, 30.0, 25.0, 1),  # 180 + 25 + 100 > 300: late whatever ran
         frame(250.0, 30.0, 25.0, 1),  # held behind a retransmission
+        frame(185.0, 10.0, 10.0, 1),  # on time (a quick exit 1) though the median exit 1 would not be
     ]
     assert [f.to_server_ms for f in unavoidable(frames, 300.0)] == [180.0, 250.0]
     # the exit-1 cost is this run's own median over frames that ran exit 1 alone
-    assert unavoidable([frame(170.0, 30.0, 40.0, 1)], 300.0) != []
-    assert unavoidable([frame(170.0, 30.0, 20.0, 1)], 300.0) == []
+    assert unavoidable([frame(170.0, 45.0, 40.0, 1)], 300.0) != []
+    assert unavoidable([frame(170.0, 45.0, 20.0, 1)], 300.0) == []

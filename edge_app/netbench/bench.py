@@ -163,13 +163,14 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
 
 
 def unavoidable(frames: list[FrameRecord], total_ms: float) -> list[FrameRecord]:
-    """Frames no policy could have answered on time: even exit 1 run the moment the frame was decoded
-    (no wait, the run's median exit-1-only compute) plus the downlink its result actually had is late,
-    because the frame itself reached the server too late (held behind a retransmission, say)."""
+    """Misses no exit policy could have avoided: even exit 1 run the moment the frame was decoded (no
+    wait, the run's median exit-1-only compute) plus the downlink its result actually had is late,
+    because the frame reached the server too late (held behind a retransmission, say) or its result
+    took too long to come back."""
     alone = [f.compute_ms for f in frames if f.exits_run == 1]
     exit1_ms = float(np.median(alone)) if alone else min((f.compute_ms for f in frames), default=0.0)
-    return [f for f in frames
-            if f.to_server_ms + exit1_ms + (f.to_result_ms - f.to_server_ms - f.server_ms) > total_ms]
+    return [f for f in frames if not f.hit
+            and f.to_server_ms + exit1_ms + (f.to_result_ms - f.to_server_ms - f.server_ms) > total_ms]
 
 
 def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms: float) -> dict[str, Any]:
