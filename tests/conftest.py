@@ -67,7 +67,6 @@ def demo_digits() -> list[np.ndarray]:
 @pytest.fixture(scope="session")
 def demo_test_split(demo_digits: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Frames and labels from the demo recipe's test split (the default model never saw these digits or photos)."""
-    pytest.importorskip("skimage", reason="the demo recipe needs the train extra (scikit-image)")
     from exporter.demo_data import make_split
 
     split = make_split("test", 300, demo_digits, seed=0)

@@ -8,11 +8,6 @@ import pytest
 from exporter import demo_data
 
 
-@pytest.fixture(scope="module")
-def digits(demo_digits: list[np.ndarray]) -> list[np.ndarray]:
-    return demo_digits  # conftest's; it skips without scikit-image
-
-
 def test_no_photo_is_in_two_splits() -> None:
     seen: dict[str, str] = {}
     for split, names in demo_data.BACKGROUND_SPLITS.items():
@@ -22,8 +17,8 @@ def test_no_photo_is_in_two_splits() -> None:
     assert set(demo_data.BACKGROUND_SPLITS) == set(demo_data.SPLITS)
 
 
-def test_no_digit_sample_is_in_two_splits(digits: list[np.ndarray]) -> None:
-    ids = {s: demo_data.make_split(s, 300, digits) for s in demo_data.SPLITS}
+def test_no_digit_sample_is_in_two_splits(demo_digits: list[np.ndarray]) -> None:
+    ids = {s: demo_data.make_split(s, 300, demo_digits) for s in demo_data.SPLITS}
     for a in demo_data.SPLITS:
         for b in demo_data.SPLITS:
             if a < b:
@@ -34,22 +29,23 @@ def test_no_digit_sample_is_in_two_splits(digits: list[np.ndarray]) -> None:
     assert all(((s.labels == demo_data.NO_DIGIT) == (s.digit_ids == -1)).all() for s in ids.values())
 
 
-def test_clutter_touches_the_training_split_only(digits: list[np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
-    with_clutter = {s: demo_data.make_split(s, 40, digits) for s in ("train", "test")}
+def test_clutter_touches_the_training_split_only(demo_digits: list[np.ndarray],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    with_clutter = {s: demo_data.make_split(s, 40, demo_digits) for s in ("train", "test")}
     monkeypatch.setattr(demo_data, "TRAIN_CLUTTER_P", 0.0)
-    without = {s: demo_data.make_split(s, 40, digits) for s in ("train", "test")}
+    without = {s: demo_data.make_split(s, 40, demo_digits) for s in ("train", "test")}
     # test (and calibration) frames are drawn exactly as before, so accuracies across recipes compare
     assert np.array_equal(with_clutter["test"].images, without["test"].images)
     assert not np.array_equal(with_clutter["train"].images, without["train"].images)
 
 
-def test_a_split_is_a_pure_function_of_its_seed(digits: list[np.ndarray]) -> None:
-    a, b = demo_data.make_split("calibration", 30, digits), demo_data.make_split("calibration", 30, digits)
-    c = demo_data.make_split("calibration", 30, digits, seed=1)
+def test_a_split_is_a_pure_function_of_its_seed(demo_digits: list[np.ndarray]) -> None:
+    a, b = demo_data.make_split("calibration", 30, demo_digits), demo_data.make_split("calibration", 30, demo_digits)
+    c = demo_data.make_split("calibration", 30, demo_digits, seed=1)
     assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
     assert not np.array_equal(a.images, c.images)
 
 
-def test_unknown_split_is_refused(digits: list[np.ndarray]) -> None:
+def test_unknown_split_is_refused(demo_digits: list[np.ndarray]) -> None:
     with pytest.raises(ValueError, match="unknown split 'val'"):
-        demo_data.make_split("val", 1, digits)
+        demo_data.make_split("val", 1, demo_digits)
