@@ -20,7 +20,7 @@ def _runtime(cfg: AppConfig, threads: int | None = None):  # type: ignore[no-unt
     return ModelRuntime.load(cfg.model_path, providers=cfg.model.providers,
                              threads=cfg.model.threads if threads is None else threads,
                              warmup=cfg.model.warmup_runs, cost_window=cfg.model.cost_window,
-                             slowdown=cfg.model.emulated_slowdown)
+                             slowdown=cfg.model.emulated_slowdown, segment_ms=cfg.model.emulated_segment_ms)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -208,9 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--safety-margin-ms", type=float, default=40.0,
                     help="[budget] safety_margin_ms: covers the browser's encode and the server's decode, which "
                          "the server cannot see (measured here: ~40 ms at p50)")
-    nb.add_argument("--slowdown", type=float, default=60.0,
-                    help="[model] emulated_slowdown: pads the segments to 60x their calibrated CPU cost "
-                         "(25/27/22 ms), a device on which full depth does not fit a 150 ms RTT; 1: off")
+    nb.add_argument("--segment-ms", type=_segment_ms, default=(25.0, 25.0, 25.0), metavar="A,B,C",
+                    help="[model] emulated_segment_ms: pad the three segments to these times (default 25,25,25: "
+                         "exits sit at thirds of the FLOPs; full depth 75 ms fits a 20 ms RTT, not a 150 ms "
+                         "one); off: the model at this CPU's real speed")
     nb.add_argument("--lead", type=float, default=12.0, help="seconds connected before the trace starts")
     nb.add_argument("--out", type=Path, default=Path("artifacts/bench-network"))
     nb.add_argument("--retabulate", action="store_true",
@@ -235,6 +236,18 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _segment_ms(text: str) -> tuple[float, float, float] | None:
+    if text == "off":
+        return None
+    try:
+        ms = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: three comma-separated milliseconds, or off") from None
+    if len(ms) != 3 or min(ms) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: three positive milliseconds (A,B,C), or off")
+    return ms
+
+
 def cmd_bench_network(args: argparse.Namespace) -> int:
     from edge_app.netbench.bench import POLICIES, BenchOptions, bench_network
     from edge_app.netbench.netns import NetnsUnavailable
@@ -245,7 +258,7 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
         print(f"error: unknown --policy {unknown}; choose from {list(POLICIES)}", file=sys.stderr)
         return 2
     opts = BenchOptions(total_budget_ms=args.total_budget_ms, safety_margin_ms=args.safety_margin_ms,
-                        slowdown=args.slowdown, lead_s=args.lead)
+                        segment_ms=args.segment_ms, lead_s=args.lead)
     traces = args.trace or ["step", "bursty"]
     if args.retabulate:
         from edge_app.netbench.bench import retabulate

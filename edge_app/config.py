@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -62,6 +62,15 @@ class ModelConfig(_Section):
     cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
     emulated_slowdown: float = Field(1.0, ge=1, le=100, description="benchmarks only: pad every segment to this "
                                      "many times its real time (a slower device); 1: off")
+    emulated_segment_ms: list[Annotated[float, Field(gt=0, le=10_000)]] | None = Field(
+        None, min_length=3, max_length=3, description="benchmarks only: pad segment k to this many ms (a fixed "
+        "emulated device, whatever the export measured)")
+
+    @model_validator(mode="after")
+    def _one_emulation(self) -> ModelConfig:
+        if self.emulated_segment_ms is not None and self.emulated_slowdown != 1:
+            raise ValueError("set either emulated_slowdown or emulated_segment_ms, not both")
+        return self
 
 
 class PolicyConfig(_Section):

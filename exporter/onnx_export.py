@@ -112,22 +112,20 @@ def traces(sessions: Sequence[ort.InferenceSession], data: Dataset[Any]) -> tupl
 
 def measure_costs(sessions: Sequence[ort.InferenceSession], shape: Sequence[int], runs: int = COST_RUNS
                   ) -> list[CostSpec]:
+    """Each segment's CPU time, measured the way the runtime runs them: the whole chain, segment after
+    segment, ``runs`` times.  (Timing one segment's runs back to back instead leaves it hot in the caches
+    and biases the figures by up to a third between exports of the same architecture.)"""
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    inputs = [x]
-    for sess in sessions[:-1]:
-        inputs.append(sess.run(None, {"input": inputs[-1]})[0])
-    costs = []
-    for sess, inp in zip(sessions, inputs, strict=True):
-        for _ in range(10):
-            sess.run(None, {"input": inp})
-        times = []
-        for _ in range(runs):
+    times: list[list[float]] = [[] for _ in sessions]
+    for i in range(10 + runs):
+        feed = x
+        for k, sess in enumerate(sessions):
             t0 = time.perf_counter()
-            sess.run(None, {"input": inp})
-            times.append((time.perf_counter() - t0) * 1e3)
-        costs.append(CostSpec(median_ms=round(statistics.median(times), 4),
-                              p95_ms=round(float(np.percentile(times, 95)), 4), threads=COST_THREADS))
-    return costs
+            feed = sess.run(None, {"input": feed})[0]
+            if i >= 10:  # the first ten are warm-up
+                times[k].append((time.perf_counter() - t0) * 1e3)
+    return [CostSpec(median_ms=round(statistics.median(t), 4), p95_ms=round(float(np.percentile(t, 95)), 4),
+                     threads=COST_THREADS) for t in times]
 
 
 def export_model_folder(model: ThreeExitVGG, class_names: list[str], calibration: Dataset[Any],

@@ -71,17 +71,24 @@ class ModelRuntime:
     """A validated model folder with one ONNX Runtime session per segment."""
 
     def __init__(self, folder: Path, manifest: Manifest, sessions: list[ort.InferenceSession],
-                 cost_window: int = 256, slowdown: float = 1.0) -> None:
+                 cost_window: int = 256, slowdown: float = 1.0,
+                 segment_ms: Sequence[float] | None = None) -> None:
         if slowdown < 1:
             raise ValueError("slowdown must be >= 1")
+        if segment_ms is not None and (len(segment_ms) != len(sessions) or min(segment_ms) <= 0):
+            raise ValueError(f"segment_ms needs {len(sessions)} positive times, got {list(segment_ms)}")
         self.folder = folder
-        self.slowdown = slowdown  # >1 only in benchmarks: segment k takes at least slowdown x its calibrated median
+        # Benchmarks only: segment k takes at least pad_ms[k] (None: real speed).
+        self.pad_ms: list[float] | None = (
+            list(segment_ms) if segment_ms is not None
+            else [ex.cpu_cost.median_ms * slowdown for ex in manifest.exits] if slowdown > 1 else None)
         self.manifest = manifest
         self.sessions = sessions
         self.providers = sessions[0].get_providers()
         self.device = "cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
         self.preprocess = Preprocessor(manifest.input)
-        self.costs = [RunningCost(ex.cpu_cost.median_ms * slowdown, cost_window) for ex in manifest.exits]
+        self.costs = [RunningCost(ms, cost_window) for ms in
+                      (self.pad_ms or [ex.cpu_cost.median_ms for ex in manifest.exits])]
         self.segment_runs = [0] * len(sessions)  # how often each segment ran (for tests and metrics)
 
     @property
@@ -94,14 +101,17 @@ class ModelRuntime:
 
     @classmethod
     def load(cls, folder: Path, providers: Sequence[str] = ("cpu",), threads: int = 0, warmup: int = 3,
-             cost_window: int = 256, slowdown: float = 1.0) -> ModelRuntime:
+             cost_window: int = 256, slowdown: float = 1.0,
+             segment_ms: Sequence[float] | None = None) -> ModelRuntime:
         """Validate ``folder`` against its manifest, open the sessions and warm them up.
 
         ``slowdown`` > 1 emulates a slower device (or a heavier model with the same exits): each segment
         is padded with a sleep until it has taken ``slowdown`` times its calibrated median cost (the
         manifest's), so measured costs, and everything the scheduler decides from them, are scaled while
         the CPU stays free, as it is while an accelerator computes.  A segment that is slower than that
-        (a busy CPU) is not padded, so contention still shows.  Benchmarks only; logged as a warning.
+        (a busy CPU) is not padded, so contention still shows.  ``segment_ms`` instead pads segment k
+        to ``segment_ms[k]`` milliseconds: a fixed emulated device, the same whatever the export measured.
+        Benchmarks only; logged as a warning.
         """
         manifest = read_manifest(folder)
         names = resolve_providers(providers)
@@ -121,10 +131,9 @@ class ModelRuntime:
         if "CUDAExecutionProvider" in names and sessions[0].get_providers()[0] != "CUDAExecutionProvider":
             log.warning("CUDA was requested but the session fell back to %s: running on the CPU",
                         sessions[0].get_providers())
-        rt = cls(folder, manifest, sessions, cost_window, slowdown)
-        if slowdown != 1:
-            log.warning("emulated slowdown x%.2f: segments padded to %s ms", slowdown,
-                        [round(ex.cpu_cost.median_ms * slowdown, 2) for ex in manifest.exits])
+        rt = cls(folder, manifest, sessions, cost_window, slowdown, segment_ms)
+        if rt.pad_ms is not None:
+            log.warning("emulated device: segments padded to %s ms", [round(ms, 2) for ms in rt.pad_ms])
         rt.warm_up(warmup)
         log.info("model %s loaded from %s on %s", manifest.name, folder, rt.providers)
         return rt
@@ -189,8 +198,8 @@ class InferenceRun:
             outs = binding.get_outputs()
         except Exception as exc:  # onnxruntime's pybind errors have no common public base
             raise SegmentRunError(f"segment {k + 1} ({spec.file}) failed: {exc}") from exc
-        if self._rt.slowdown > 1:
-            pad = self._rt.manifest.exits[k].cpu_cost.median_ms * self._rt.slowdown / 1e3 - (time.perf_counter() - t0)
+        if self._rt.pad_ms is not None:
+            pad = self._rt.pad_ms[k] / 1e3 - (time.perf_counter() - t0)
             if pad > 0:
                 time.sleep(pad)
         ms = (time.perf_counter() - t0) * 1e3

@@ -81,3 +81,13 @@ def test_emulated_slowdown_pads_each_segment_to_its_calibrated_cost(runtime: Mod
     assert np.all(np.array(predicted) >= 0.95 * target), "the scheduler plans with the padded costs"
     with pytest.raises(ValueError):
         ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=0, slowdown=0.5)
+
+
+def test_fixed_emulated_segment_times(runtime: ModelRuntime) -> None:
+    fixed = ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=1, segment_ms=[6.0, 3.0, 9.0])
+    x = runtime.preprocess(frame(4))
+    runs = np.array([FrameScheduler(fixed, FixedExit(3), 3).analyse(x, 1e6).segments_ms for _ in range(5)])
+    assert np.all(runs >= 0.98 * np.array([6.0, 3.0, 9.0])), runs
+    assert np.all(np.median(runs, axis=0) < np.array([6.0, 3.0, 9.0]) + 5.0), runs
+    with pytest.raises(ValueError, match="segment_ms needs 3 positive times"):
+        ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=0, segment_ms=[6.0, 3.0])

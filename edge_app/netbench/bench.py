@@ -51,7 +51,7 @@ SLUG = {"dynamic-index": "dynamic-index", "fixed-3 (no truncation)": "fixed-3", 
 class BenchOptions:
     total_budget_ms: float = 300.0
     safety_margin_ms: float = 40.0
-    slowdown: float = 60.0
+    segment_ms: tuple[float, float, float] | None = (25.0, 25.0, 25.0)  # emulated device; None: real speed
     lead_s: float = 12.0
     model: Path = REPO / "models" / "default"
     video_npz: Path = REPO / "data" / "demo" / "test.npz"
@@ -95,9 +95,13 @@ LOOPBACK_TRACE = Trace(LOOPBACK, (Step(0.0, 0.0),), hold_s=40.0)
 def config_text(policy: dict[str, Any], opts: BenchOptions, addr: str = netns.APP_ADDR) -> str:
     pol = "".join(f"{k} = {json.dumps(v)}\n" for k, v in policy.items())
     return (f'[server]\nhost = "{addr}"\nport = {PORT}\nice_host_addresses = ["{addr}"]\n\n'
-            f'[model]\npath = "{opts.model}"\nproviders = ["cpu"]\nemulated_slowdown = {opts.slowdown}\n\n'
+            f'[model]\npath = "{opts.model}"\nproviders = ["cpu"]\n{_emulation(opts)}\n'
             f"[policy]\n{pol}\n"
             f"[budget]\ntotal_budget_ms = {opts.total_budget_ms}\nsafety_margin_ms = {opts.safety_margin_ms}\n")
+
+
+def _emulation(opts: BenchOptions) -> str:
+    return "" if opts.segment_ms is None else f"emulated_segment_ms = {list(opts.segment_ms)}\n"
 
 
 def demo_video(npz: Path) -> LabelledVideo:
@@ -395,8 +399,10 @@ def retabulate(out: Path, traces: list[str], policies: list[str], opts: BenchOpt
 
 
 def _write_summary(out: Path, stem: str, per: dict[str, dict[str, Any]], opts: BenchOptions) -> None:
-    md = (f"## {stem} (total budget {opts.total_budget_ms:.0f} ms, emulated slowdown "
-          f"x{opts.slowdown:g}, margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n\n"
+    device = ("model at real speed" if opts.segment_ms is None
+              else "emulated segments " + "/".join(f"{ms:g}" for ms in opts.segment_ms) + " ms")
+    md = (f"## {stem} (total budget {opts.total_budget_ms:.0f} ms, {device}, "
+          f"margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n\n"
           f"Latency by stage, p50 ms:\n\n{latency_table(per)}\n")
     (out / stem / "summary.md").write_text(md)
     (out / stem / "summary.json").write_text(json.dumps(per, indent=1))
