@@ -51,7 +51,7 @@ def test_shipped_traces_load_by_name(tmp_path: Path) -> None:
 
 
 def test_unavoidable_misses_are_frames_that_reached_the_server_too_late() -> None:
-    from edge_app.netbench.bench import FrameRecord, unavoidable
+    from edge_app.netbench.bench import FrameRecord, misses_text, unavoidable
 
     def frame(to_server: float, server: float, compute: float, runs: int, downlink: float = 100.0) -> FrameRecord:
         to_result = to_server + server + downlink
@@ -66,6 +66,8 @@ def test_unavoidable_misses_are_frames_that_reached_the_server_too_late() -> Non
         frame(185.0, 10.0, 10.0, 1),  # on time (a quick exit 1) though the median exit 1 would not be
     ]
     assert [f.to_server_ms for f in unavoidable(frames, 300.0)] == [180.0, 250.0]
+    listed = misses_text(frames, load_trace("step"), 300.0).splitlines()
+    assert [line.split()[-1] for line in listed[-3:]] == ["no", "yes", "yes"], "one line per miss"
     # the exit-1 cost is this run's own median over frames that ran exit 1 alone
     assert unavoidable([frame(170.0, 45.0, 40.0, 1)], 300.0) != []
     assert unavoidable([frame(170.0, 45.0, 20.0, 1)], 300.0) == []

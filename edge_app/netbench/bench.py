@@ -181,6 +181,27 @@ def unavoidable(frames: list[FrameRecord], total_ms: float) -> list[FrameRecord]
             and f.to_server_ms + exit1_ms + f.downlink_ms > total_ms]
 
 
+def misses_text(frames: list[FrameRecord], trace: Trace, total_ms: float) -> str:
+    """Every missed frame, one line each, after the stage latencies while the network was good and bad:
+    what the README's readings of a run are taken from (``misses.txt`` beside ``frames.csv``)."""
+    good_rtt = min(s.rtt_ms for s in trace.steps)
+    out = [f"{len(frames)} frames, deadline {total_ms:g} ms"]
+    for phase, sel in (("good", [f for f in frames if f.applied_rtt_ms <= good_rtt]),
+                       ("bad", [f for f in frames if f.applied_rtt_ms > good_rtt])):
+        if sel:
+            stages = ", ".join(f"{name} p50 / p95 / max {np.median(v):.0f} / {np.percentile(v, 95):.0f} / "
+                               f"{np.max(v):.0f} ms" for name, v in
+                               (("stamping -> decoded", [f.to_server_ms for f in sel]),
+                                ("server", [f.server_ms for f in sel])))
+            out.append(f"while {phase} ({len(sel)} frames): {stages}")
+    gone = {id(f) for f in unavoidable(frames, total_ms)}
+    out.append("t_s applied_rtt estimate late_ms to_server server to_result exits_run late_by unavoidable")
+    out += [f"{f.t_s:.2f} {f.applied_rtt_ms:.0f} {f.rtt_estimate_ms:.0f} {f.late_ms:.0f} {f.to_server_ms:.1f} "
+            f"{f.server_ms:.1f} {f.to_result_ms:.1f} {f.exits_run} {f.to_result_ms - total_ms:.1f} "
+            f"{'yes' if id(f) in gone else 'no'}" for f in frames if not f.hit]
+    return "\n".join(out) + "\n"
+
+
 def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms: float) -> dict[str, Any]:
     if not frames:
         return {"frames": 0, "unanswered": unanswered}
@@ -332,6 +353,7 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
     summary["bridge"] = applied.summary
     if frames:
         plot_run(frames, trace, policy, opts.total_budget_ms, out / "timeseries.png")
+        (out / "misses.txt").write_text(misses_text(frames, trace, opts.total_budget_ms))
     return summary
 
 
@@ -395,6 +417,7 @@ def retabulate(out: Path, traces: list[str], policies: list[str], opts: BenchOpt
                         "bridge": old[pol].get("bridge")}
             if frames:
                 plot_run(frames, trace, pol, opts.total_budget_ms, out / stem / SLUG[pol] / "timeseries.png")
+                (out / stem / SLUG[pol] / "misses.txt").write_text(misses_text(frames, trace, opts.total_budget_ms))
         _write_summary(out, stem, per, opts)
 
 
