@@ -51,6 +51,9 @@ class Metrics:
                                       registry=r)
         self.results_dropped = Counter("edge_results_dropped", "Per-frame JSON results not sent because the "
                                        "data channel was not open or its buffer was full", registry=r)
+        self.loop_lag = Histogram("edge_event_loop_lag_seconds", "How late the event loop's heartbeat woke up "
+                                  "(edge_app.stallwatch; over 0.25 s is logged as a stall)",
+                                  buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=r)
         self.offers = Counter("edge_offers", "WebRTC offers by outcome", ["outcome"], registry=r)
         info = Gauge("edge_model_info", "The loaded model and the ONNX Runtime provider in use",
                      ["model", "provider"], registry=r)

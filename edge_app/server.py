@@ -14,7 +14,7 @@ import os
 import signal
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from edge_app.access import OfferRateLimiter, auth_middleware, effective_token
 from edge_app.config import AppConfig
 from edge_app.hub import Hub, OfferRefused
 from edge_app.metrics import Metrics
+from edge_app.stallwatch import StallWatch
 from models.runtime import ModelRuntime
 from streams.ice import restrict_host_addresses
 
@@ -159,6 +160,13 @@ async def _stop_hub(app: web.Application) -> None:
     await app[HUB_KEY].stop()
 
 
+async def _watch_loop(app: web.Application) -> AsyncIterator[None]:
+    watch = StallWatch(app[METRICS_KEY].loop_lag)
+    watch.start()
+    yield
+    await watch.stop()
+
+
 def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = None) -> web.Application:
     """The application; ``token`` (default: ``effective_token(config)``) guards all but the page and /healthz."""
     token = effective_token(config) if token is None else token
@@ -171,6 +179,7 @@ def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = Non
     metrics = Metrics(runtime.manifest.name, runtime.providers, runtime.num_exits)
     app[METRICS_KEY] = metrics
     app[HUB_KEY] = Hub(config, runtime, metrics)
+    app.cleanup_ctx.append(_watch_loop)
     app.on_startup.append(_start_hub)
     app.on_shutdown.append(_stop_hub)
     app.router.add_get("/", index)
