@@ -1,4 +1,4 @@
-"""The demo data recipe: splits disjoint by digit and by photo, deterministic, clutter in training only."""
+"""The demo data recipe: splits disjoint by digit and by photo, deterministic, clutter and redrawn digits in training only."""
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def test_no_digit_sample_is_in_two_splits(demo_digits: list[np.ndarray]) -> None
     assert all(((s.labels == demo_data.NO_DIGIT) == (s.digit_ids == -1)).all() for s in ids.values())
 
 
-def test_clutter_touches_the_training_split_only(demo_digits: list[np.ndarray],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("knob", ["TRAIN_CLUTTER_P", "TRAIN_RESHAPE_P"])
+def test_training_only_steps_touch_the_training_split_only(demo_digits: list[np.ndarray], knob: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     with_clutter = {s: demo_data.make_split(s, 40, demo_digits) for s in ("train", "test")}
-    monkeypatch.setattr(demo_data, "TRAIN_CLUTTER_P", 0.0)
+    monkeypatch.setattr(demo_data, knob, 0.0)
     without = {s: demo_data.make_split(s, 40, demo_digits) for s in ("train", "test")}
     # test (and calibration) frames are drawn exactly as before, so accuracies across recipes compare
     assert np.array_equal(with_clutter["test"].images, without["test"].images)
@@ -49,3 +50,13 @@ def test_a_split_is_a_pure_function_of_its_seed(demo_digits: list[np.ndarray]) -
 def test_unknown_split_is_refused(demo_digits: list[np.ndarray]) -> None:
     with pytest.raises(ValueError, match="unknown split 'val'"):
         demo_data.make_split("val", 1, demo_digits)
+
+
+def test_a_redrawn_digit_is_a_new_glyph_in_range(demo_digits: list[np.ndarray]) -> None:
+    rng = np.random.default_rng(3)
+    glyph = demo_digits[4][0]
+    redrawn = [demo_data._reshape_digit(rng, glyph) for _ in range(8)]
+    for r in redrawn:
+        assert r.shape == glyph.shape and r.dtype == np.float32
+        assert 0.0 <= r.min() and r.max() <= 1.0 and r.sum() > 0.3 * glyph.sum()  # still ink, not erased
+    assert sum(not np.allclose(r, glyph, atol=0.05) for r in redrawn) >= 6
