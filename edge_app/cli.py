@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="[model] emulated_segment_ms: pad the three segments to these times (default 25,25,25: "
                          "exits sit at thirds of the FLOPs; full depth 75 ms fits a 20 ms RTT, not a 150 ms "
                          "one); off: the model at this CPU's real speed")
-    nb.add_argument("--lead", type=float, default=12.0, help="seconds connected before the trace starts")
+    nb.add_argument("--lead", type=float, default=8.0,
+                    help="seconds from the app listening to the trace starting (browser start, connection, settling)")
     nb.add_argument("--out", type=Path, default=Path("artifacts/bench-network"))
     nb.add_argument("--retabulate", action="store_true",
                     help="only redo tables and plots from the per-frame CSVs already under --out")

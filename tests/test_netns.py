@@ -198,6 +198,9 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
           f"{np.median(part(late, 3, 10)):.0f}, first 0.5 s after the rise {np.median(part(late, 10.0, 10.5)):.0f}; "
           f"{tmp_path / 'run'}")
     assert summary["frames"] > 300, summary
+    # the window starts --lead s after the app listens: the session's start-up is outside it
+    assert 0 < summary["session_start_ms"] < 1e3 * opts.lead_s, summary["session_start_ms"]
+    assert t.min() < 0.5 and (tmp_path / "run" / "app.log").read_text().count("listening on") == 1
     assert set(np.unique(applied)) == {20.0, 150.0}, "the bridge applied both delays"
     # the estimate follows the step within 3 s up and 4 s down (the trend term may overshoot by ~50 %
     # for a few seconds after the rise: a worsening is projected one second ahead)

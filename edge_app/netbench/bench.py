@@ -3,7 +3,7 @@
 For each trace and policy: the app serves in the app namespace (one config per policy, written to the
 output folder), the bridge replays the trace in the middle namespace, and headless Chromium in the client
 namespace sends a labelled, stamped demo video in probe mode.  The trace's t = 0 is ``--lead`` seconds
-after the start, so that the page is connected and RTCP has measured the path before anything changes.
+after the app listens, so that the page is connected and RTCP has measured the path before anything changes.
 From the page's records each frame gets: its stamping time, the delay the bridge applied then, the
 server's RTT estimate and compute budget, the exits run and the exit used, the answer and the video's
 ground-truth label, and whether the result reached the page within ``total_budget_ms`` of stamping.
@@ -52,7 +52,7 @@ class BenchOptions:
     total_budget_ms: float = 300.0
     safety_margin_ms: float = 40.0
     segment_ms: tuple[float, float, float] | None = (25.0, 25.0, 25.0)  # emulated device; None: real speed
-    lead_s: float = 12.0
+    lead_s: float = 8.0
     model: Path = REPO / "models" / "default"
     video_npz: Path = REPO / "data" / "demo" / "test.npz"
 
@@ -168,6 +168,14 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
             server_ms=r["latency_ms"], hit=to_result <= total_ms, late_ms=r["budget"]["late_ms"]))
     out.sort(key=lambda f: f.t_s)
     return out, len(in_window) - len(answered)
+
+
+def session_start_ms(page: dict[str, Any]) -> float | None:
+    """From the first frame the page stamped to the first result it got: connection set-up and the first
+    frames' warm-up on both sides (outside the measured window, which starts ``--lead`` s later)."""
+    if not page["sent"] or not page["results"]:
+        return None
+    return float(min(r["arrival_ms"] for r in page["results"]) - min(t for _, t, _ in page["sent"]))
 
 
 def unavoidable(frames: list[FrameRecord], total_ms: float) -> list[FrameRecord]:
@@ -302,6 +310,21 @@ def _wait_exit(p: subprocess.Popen[bytes], timeout: float) -> None:
         p.wait(5)
 
 
+def wait_listening(app: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 120.0) -> None:
+    """Until the app's log says it is listening (model loaded, sockets bound); an app that exits or takes
+    longer than ``timeout_s`` is an error that quotes its log."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if "listening on" in log_path.read_text(errors="replace"):
+            return
+        if app.poll() is not None:
+            break
+        time.sleep(0.2)
+    tail = log_path.read_text(errors="replace")[-2000:]
+    state = f"exited with {app.returncode}" if app.poll() is not None else f"not listening after {timeout_s:.0f} s"
+    raise RuntimeError(f"the app {state}; {log_path}:\n{tail}")
+
+
 def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy: str, opts: BenchOptions,
             out: Path, camera: Path) -> dict[str, Any]:
     """One policy on one trace; ``ns`` None runs app and browser on loopback with no bridge."""
@@ -320,6 +343,13 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
     with (out / "app.log").open("wb") as app_log, (out / "driver.log").open("wb") as drv_log:
         app = subprocess.Popen([*inside("app"), py, "-m", "edge_app", "serve", "--config", str(cfg)],
                                stdout=app_log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        try:
+            wait_listening(app, out / "app.log")
+        except RuntimeError:
+            app.terminate()
+            _wait_exit(app, 15)
+            raise
+        # counted from a listening app, so the session has started and settled before the trace does
         t0 = time.time() + opts.lead_s
         if ns is not None:
             bridge_log = out / "bridge.jsonl"
@@ -351,6 +381,7 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
     write_frames_csv(frames, out / "frames.csv")
     summary = summarise(frames, unanswered, trace, opts.total_budget_ms)
     summary["bridge"] = applied.summary
+    summary["session_start_ms"] = session_start_ms(page)
     if frames:
         plot_run(frames, trace, policy, opts.total_budget_ms, out / "timeseries.png")
         (out / "misses.txt").write_text(misses_text(frames, trace, opts.total_budget_ms))
@@ -360,14 +391,15 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
 def latency_table(results: dict[str, dict[str, Any]]) -> str:
     """Where the time goes, the median of each stage over frames (so the columns need not add up)."""
     rows = ["| policy | stamping → decoded at server | server (wait, compute, annotate) | result back to page "
-            "| stamping → result (p50 / p95) | result → frame displayed |", "|---|---|---|---|---|---|"]
+            "| stamping → result (p50 / p95) | result → frame displayed | session start: first stamp → "
+            "first result |", "|---|---|---|---|---|---|---|"]
     for name, s in results.items():
         if not s.get("frames"):
             continue
         down, shown = s["downlink_p50_ms"], s["display_after_result_p50_ms"]
         rows.append(f"| {name} | {_fmt(s['to_server_p50_ms'], 1, 0)} | {_fmt(s['server_p50_ms'], 1, 0)} | "
                     f"{_fmt(down, 1, 0)} | {_fmt(s['to_result_p50_ms'], 1, 0)} / {_fmt(s['to_result_p95_ms'], 1, 0)} "
-                    f"| {_fmt(shown, 1, 0)} |")
+                    f"| {_fmt(shown, 1, 0)} | {_fmt(s.get('session_start_ms'), 1, 0)} |")
     return "\n".join(rows)
 
 
@@ -414,7 +446,7 @@ def retabulate(out: Path, traces: list[str], policies: list[str], opts: BenchOpt
         for pol in policies:
             frames = read_frames_csv(out / stem / SLUG[pol] / "frames.csv")
             per[pol] = {**summarise(frames, old[pol]["unanswered"], trace, opts.total_budget_ms),
-                        "bridge": old[pol].get("bridge")}
+                        "bridge": old[pol].get("bridge"), "session_start_ms": old[pol].get("session_start_ms")}
             if frames:
                 plot_run(frames, trace, pol, opts.total_budget_ms, out / stem / SLUG[pol] / "timeseries.png")
                 (out / stem / SLUG[pol] / "misses.txt").write_text(misses_text(frames, trace, opts.total_budget_ms))
