@@ -17,7 +17,7 @@ _GREEN, _AMBER, _RED, _WHITE = (60, 200, 80), (240, 180, 40), (230, 60, 50), (25
 class Overlay:
     label: str
     confidence: float
-    exit_used: int  # 1-based
+    exit_used: int  # 1-based; 0: no exit ran, the answer was reused
     num_exits: int
     rtt_ms: float
     compute_budget_ms: float
@@ -40,7 +40,8 @@ def annotate(rgb: np.ndarray, o: Overlay) -> None:
     colour = _GREEN if o.confidence >= 0.8 else _AMBER if o.confidence >= 0.5 else _RED
     cv2.putText(rgb, f"{o.label}  {o.confidence * 100:.0f}%", (x0 + 6, int(30 * scale) + 4), _FONT, 1.1 * scale,
                 colour, thick + 1, cv2.LINE_AA)
-    stats = f"exit {o.exit_used}/{o.num_exits}  RTT {o.rtt_ms:.0f} ms  budget {o.compute_budget_ms:.0f} ms"
+    depth = f"exit {o.exit_used}/{o.num_exits}" if o.exit_used else "reused"
+    stats = f"{depth}  RTT {o.rtt_ms:.0f} ms  budget {o.compute_budget_ms:.0f} ms"
     cv2.putText(rgb, stats, (x0 + 6, bar_h - 8), _FONT, 0.7 * scale, _WHITE if o.deadline_met else _RED, thick,
                 cv2.LINE_AA)
     # depth gauge: one box per exit, filled up to the exit used

@@ -97,6 +97,11 @@ class BudgetConfig(_Section):
     min_receive_kbps: float = Field(250.0, ge=0, le=100_000, description="floor of the bandwidth the browser is "
                                     "asked to send (REMB); aiortc's estimator over-reacts to a step in delay; 0: off")
     safety_margin_ms: float = Field(5.0, ge=0, le=1_000, description="slack kept back from the budget")
+    reuse_when_late: bool = Field(True, description="a frame that even exit 1 would answer late, safety margin "
+                                  "spent too, gets the smoothed answer so far at once (exit 0, reused: true); "
+                                  "only with [policy] truncate")
+    max_reused_in_a_row: int = Field(2, ge=1, le=30, description="after this many reused answers the next frame "
+                                     "is analysed whatever its budget, so the answer cannot go stale")
 
 
 class SmoothingConfig(_Section):

@@ -36,6 +36,9 @@ class Metrics:
                                        registry=r)
         self.deadline_missed = Counter("edge_deadline_missed", "Frames whose result is predicted to reach the "
                                        "viewer later than total_budget_ms", ["source"], registry=r)
+        self.answers_reused = Counter("edge_answers_reused", "Frames answered with the smoothed answer so far, "
+                                      "without the model, because even exit 1 would have been late",
+                                      ["source"], registry=r)
         self.exit_chosen = Counter("edge_exit_chosen", "Frames answered by each exit", ["exit"], registry=r)
         self.segment_runs = Counter("edge_segment_runs", "Segments run", ["segment"], registry=r)
         self.segment_seconds = Histogram("edge_segment_seconds", "Measured time of each segment", ["segment"],

@@ -28,8 +28,8 @@ from edge_app.annotate import Overlay, annotate
 from edge_app.budget import Budget, frame_budget, late_uplink_ms
 from edge_app.config import BudgetConfig, SmoothingConfig
 from edge_app.metrics import Metrics
-from edge_app.scheduler import FrameScheduler
-from edge_app.smoothing import TemporalSmoother
+from edge_app.scheduler import FrameDecision, FrameScheduler
+from edge_app.smoothing import Smoothed, TemporalSmoother
 from models.costs import RunningCost
 from models.errors import SegmentRunError
 from models.policies import ExitPolicy
@@ -63,7 +63,7 @@ class FrameResult:
     raw_confidence: float
     smoothed_class: int
     smoothed_confidence: float
-    exit: int  # 1-based exit whose answer is returned
+    exit: int  # 1-based exit whose answer is returned; 0: none ran (reused)
     exits_run: int
     horizon: int  # exits the deadline allowed
     predicted_ms: float
@@ -76,6 +76,7 @@ class FrameResult:
     deadline_met: bool  # latency + expected network time <= total budget
     dropped_stale: int  # frames of this source dropped before analysis, so far
     error: str | None = None  # a later segment failed; the answer comes from the exits before it
+    reused: bool = False  # no exit ran (exit 0): even exit 1 would have been late, the smoothed answer so far
 
     def to_json(self, class_names: list[str]) -> dict[str, Any]:
         return {
@@ -100,6 +101,7 @@ class FrameResult:
             "deadline_met": self.deadline_met,
             "dropped_stale": self.dropped_stale,
             "error": self.error,
+            "reused": self.reused,
         }
 
 
@@ -136,6 +138,9 @@ class AnalysisPipeline:
         self.errors = 0
         self.deadline_misses = 0
         self.last: FrameResult | None = None
+        self.reused = 0
+        self._smoothed: Smoothed | None = None  # the latest smoothed answer, what a reused frame gets
+        self._reused_in_a_row = 0
         self._post_ms = RunningCost(1.0, 64, percentile=90)  # annotation, budgeted ahead of time
         # a browser's own camera comes over the viewer's path: its frames' arrival shows the up-leg at once
         self._arrival = ArrivalDelay() if uplink_from_frames else None
@@ -193,26 +198,47 @@ class AnalysisPipeline:
             late_ms = late_uplink_ms(self._arrival.add(sf.frame.pts, sf.arrived_s), est.rtt_ms, est.rtt_low_ms)
         budget = frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps, waited_ms,
                               cfg.safety_margin_ms + self._post_ms.high_ms, late_ms)
-        dec = self.scheduler.analyse(x, budget.compute_ms)
-        sm = self.smoother.update(dec.result.probs, dec.exit_index)
+        dec: FrameDecision | None = None
+        if self._reuse(budget.compute_ms):
+            self._reused_in_a_row += 1
+            sm = self._smoothed
+        else:
+            self._reused_in_a_row = 0
+            dec = self.scheduler.analyse(x, budget.compute_ms)
+            sm = self._smoothed = self.smoother.update(dec.result.probs, dec.exit_index)
+        assert sm is not None
+        exit_used = 0 if dec is None else dec.exit_index + 1
         t3 = time.monotonic()
         # the same test as the result's deadline_met, with annotation's running estimate in place of its time
         on_time = (t3 - sf.arrived_s) * 1e3 + self._post_ms.high_ms + budget.network_ms <= cfg.total_budget_ms
-        annotate(rgb, Overlay(rt.class_names[sm.label], sm.confidence, dec.exit_index + 1, rt.num_exits,
+        annotate(rgb, Overlay(rt.class_names[sm.label], sm.confidence, exit_used, rt.num_exits,
                               est.rtt_ms, budget.compute_ms, on_time))
         i420 = cv2.cvtColor(rgb[: rgb.shape[0] & ~1, : rgb.shape[1] & ~1], cv2.COLOR_RGB2YUV_I420)
         t4 = time.monotonic()
         self._post_ms.record((t4 - t3) * 1e3)
         latency_ms = (t4 - sf.arrived_s) * 1e3
+        raw_label, raw_conf = (sm.label, sm.confidence) if dec is None else (dec.result.label, dec.result.confidence)
         result = FrameResult(
             self.source, sf.seq, stamp, (time.time() - (t4 - sf.arrived_s)) * 1e3,
-            dec.result.label, dec.result.confidence, sm.label, sm.confidence,
-            dec.exit_index + 1, dec.exits_run, dec.horizon, dec.predicted_ms, dec.actual_ms, dec.segments_ms,
-            budget, est,
-            {"convert": (t1 - t0) * 1e3, "preprocess": (t2 - t1) * 1e3, "inference": dec.actual_ms,
-             "annotate": (t4 - t3) * 1e3},
-            latency_ms, latency_ms + budget.network_ms <= cfg.total_budget_ms, self.slot.dropped, dec.error)
+            raw_label, raw_conf, sm.label, sm.confidence,
+            exit_used, 0 if dec is None else dec.exits_run, 0 if dec is None else dec.horizon,
+            0.0 if dec is None else dec.predicted_ms, 0.0 if dec is None else dec.actual_ms,
+            () if dec is None else dec.segments_ms, budget, est,
+            {"convert": (t1 - t0) * 1e3, "preprocess": (t2 - t1) * 1e3,
+             "inference": 0.0 if dec is None else dec.actual_ms, "annotate": (t4 - t3) * 1e3},
+            latency_ms, latency_ms + budget.network_ms <= cfg.total_budget_ms, self.slot.dropped,
+            None if dec is None else dec.error, reused=dec is None)
         return AnalysedFrame(i420, result)
+
+    def _reuse(self, compute_ms: float) -> bool:
+        """Answer without the model: even exit 1 (its high-percentile cost) would be late with the safety
+        margin spent too, there is an answer to give, and fewer than ``max_reused_in_a_row`` went before."""
+        cfg = self.budget
+        if not (cfg.reuse_when_late and self.scheduler.truncate) or self._smoothed is None:
+            return False
+        if self._reused_in_a_row >= cfg.max_reused_in_a_row:
+            return False
+        return compute_ms + cfg.safety_margin_ms < self.scheduler.predicted_costs_ms()[0]
 
     def _failed(self, seq: int, error: str, answered: bool) -> None:
         """Counted every time, logged the first time and then once per 300 (a broken segment fails every frame)."""
@@ -227,7 +253,11 @@ class AnalysisPipeline:
         self.analysed += 1
         self.last = r
         m.frames_analysed.labels(src).inc()
-        m.exit_chosen.labels(str(r.exit)).inc()
+        if r.reused:
+            self.reused += 1
+            m.answers_reused.labels(src).inc()
+        else:
+            m.exit_chosen.labels(str(r.exit)).inc()
         for k, ms in enumerate(r.segments_ms):
             m.segment_runs.labels(str(k + 1)).inc()
             m.segment_seconds.labels(str(k + 1)).observe(ms / 1e3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,13 +34,14 @@ def view(rtt_ms: float, bitrate_bps: float = 1e6) -> NetworkView:
 
 
 async def run_frames(runtime: ModelRuntime, frames: list[np.ndarray], network: NetworkView,
-                     policy: PolicyConfig | None = None, probe: bool = False) -> list[AnalysedFrame]:
-    metrics = Metrics("m", runtime.providers, runtime.num_exits)
+                     policy: PolicyConfig | None = None, probe: bool = False,
+                     budget: BudgetConfig | None = None, metrics: Metrics | None = None) -> list[AnalysedFrame]:
+    metrics = metrics or Metrics("m", runtime.providers, runtime.num_exits)
     slot: LatestSlot[SourceFrame] = LatestSlot()
     pol = policy_from_config(policy or PolicyConfig(), runtime)
     with ThreadPoolExecutor(1) as pool:
-        pipe = AnalysisPipeline("test", "browser", slot, runtime, pol, BudgetConfig(), pool, metrics,
-                                lambda: network, probe)
+        pipe = AnalysisPipeline("test", "browser", slot, runtime, pol, budget or BudgetConfig(), pool, metrics,
+                                lambda: network, probe, truncate=(policy or PolicyConfig()).truncate)
         out: list[AnalysedFrame] = []
         pipe.outputs.subscribe(out.append)
         pipe.start()
@@ -79,11 +81,34 @@ async def test_every_frame_gets_a_complete_result(runtime: ModelRuntime) -> None
 
 
 async def test_a_lost_deadline_still_answers_from_exit_one(runtime: ModelRuntime) -> None:
-    out = await run_frames(runtime, frames_with_stamps(6), view(400.0), PolicyConfig(kind="fixed", fixed_exit=3))
+    out = await run_frames(runtime, frames_with_stamps(6), view(400.0), PolicyConfig(kind="fixed", fixed_exit=3),
+                           budget=BudgetConfig(reuse_when_late=False))
     for o in out:
         r = o.result
         assert r.budget.compute_ms < 0 and r.horizon == 1 and r.exits_run == 1 and r.exit == 1
-        assert not r.deadline_met
+        assert not r.deadline_met and not r.reused
+
+
+async def test_a_lost_deadline_reuses_the_answer_so_far_but_not_for_long(runtime: ModelRuntime) -> None:
+    metrics = Metrics("m", runtime.providers, runtime.num_exits)
+    out = await run_frames(runtime, frames_with_stamps(7), view(400.0), probe=True,
+                           budget=BudgetConfig(max_reused_in_a_row=2), metrics=metrics)
+    rs = [o.result for o in out]
+    assert [r.reused for r in rs] == [False, True, True, False, True, True, False]  # the first has nothing to reuse
+    assert [r.exits_run for r in rs] == [1, 0, 0, 1, 0, 0, 1]
+    for prev, r in itertools.pairwise(rs):
+        if r.reused:
+            assert r.exit == 0 and r.segments_ms == () and r.stages_ms["inference"] == 0.0
+            assert (r.raw_class, r.smoothed_class) == (prev.smoothed_class, prev.smoothed_class)
+            assert r.to_json(runtime.class_names)["reused"] is True
+    assert [r.stamp for r in rs] == list(range(7))  # every frame answered, in order
+    text = metrics.exposition().decode()
+    assert 'edge_answers_reused_total{source="browser"} 4.0' in text
+    assert 'edge_exit_chosen_total{exit="1"} 3.0' in text
+    # a baseline without deadline truncation never reuses
+    base = await run_frames(runtime, frames_with_stamps(3), view(400.0),
+                            PolicyConfig(kind="fixed", fixed_exit=3, truncate=False))
+    assert not any(o.result.reused for o in base) and all(o.result.exits_run == 3 for o in base)
 
 
 async def test_an_ample_budget_runs_full_depth(runtime: ModelRuntime) -> None:

@@ -241,6 +241,7 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
         "misses_exit1_only": int(sum(not f.hit and f.exits_run == 1 for f in frames)),
         "misses_unavoidable": len(unavoidable(frames, total_ms)),
         "misses": int(sum(not f.hit for f in frames)),
+        "reused": int(sum(f.exits_run == 0 for f in frames)),  # answered from the smoothed state, no exit ran
         "to_result_p50_ms": pct(res, 50), "to_result_p95_ms": pct(res, 95),
         "to_display_p50_ms": pct(disp, 50), "to_display_p95_ms": pct(disp, 95),
         "to_server_p50_ms": pct(np.array([f.to_server_ms for f in frames]), 50),
@@ -271,9 +272,9 @@ def plot_run(frames: list[FrameRecord], trace: Trace, policy: str, total_ms: flo
     ax[1].set_ylim(bottom=min(0, min((f.compute_budget_ms for f in frames), default=0)))
     ax[1].legend(loc="upper right", fontsize=8)
     ax[2].scatter(t, [f.exit for f in frames], s=4, color="#7c3aed", label="exit used")
-    ax[2].set_yticks([1, 2, 3])
+    ax[2].set_yticks([0, 1, 2, 3], ["reused", "1", "2", "3"])
     ax[2].set_ylabel("exit")
-    ax[2].set_ylim(0.5, 3.5)
+    ax[2].set_ylim(-0.5, 3.5)
     ax[3].plot(t, [f.to_result_ms for f in frames], color="#6b7280", lw=0.8, label="stamping -> result at page")
     ax[3].axhline(total_ms, color="#f59e0b", ls="--", lw=1, label=f"deadline {total_ms:.0f} ms")
     miss = [f for f in frames if not f.hit]
@@ -410,11 +411,12 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
 def table(results: dict[str, dict[str, Any]]) -> str:
     head = ("| policy | frames | deadline hit % | hit % (good / bad) | accuracy % | accuracy good / bad % "
             "| mean compute ms | mean exit (good / bad) | misses in 1st s after worsening | result p50 / p95 ms "
-            "| display p50 / p95 ms | no result | misses (with exit 1 alone) | misses no policy could avoid |")
-    rows = [head, "|" + "---|" * 14]
+            "| display p50 / p95 ms | no result | misses (with exit 1 alone) | misses no policy could avoid "
+            "| answers reused |")
+    rows = [head, "|" + "---|" * 15]
     for name, s in results.items():
         if not s.get("frames"):
-            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} | – | – |")
+            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} | – | – | – |")
             continue
         rows.append(
             f"| {name} | {s['frames']} | {_fmt(s['deadline_hit_rate'], 100)} | {_fmt(s['hit_rate_good'], 100)} / "
@@ -423,7 +425,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             f"{_fmt(s['mean_exit_bad'], 1, 2)} | {s['misses_after_worsening']} of {s['frames_after_worsening']} | "
             f"{_fmt(s['to_result_p50_ms'], 1, 0)} / {_fmt(s['to_result_p95_ms'], 1, 0)} | "
             f"{_fmt(s['to_display_p50_ms'], 1, 0)} / {_fmt(s['to_display_p95_ms'], 1, 0)} | {s['unanswered']} | "
-            f"{s['misses']} ({s['misses_exit1_only']}) | {s['misses_unavoidable']} |")
+            f"{s['misses']} ({s['misses_exit1_only']}) | {s['misses_unavoidable']} | {s.get('reused', 0)} |")
     return "\n".join(rows)
 
 

@@ -7,7 +7,7 @@ const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  exitCounts: [0, 0, 0], browserRttMs: null, framesDecoded: 0, videoFps: null, pc: null, channel: null,
+  exitCounts: [0, 0, 0], reused: 0, browserRttMs: null, framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: params.has("probe") ? newProbe() : null,  // probe.js: per-frame glass-to-glass records
 };
 const PROBE_KEEP = 100_000;  // result records kept in probe mode (about 55 minutes at 30 fps)
@@ -145,7 +145,7 @@ function onMessage(channel, data) {
   edge.lastResult = msg;
   edge.recent.push(msg);
   if (edge.recent.length > KEEP) edge.recent.shift();
-  edge.exitCounts[msg.exit - 1] += 1;
+  if (msg.reused) edge.reused += 1; else edge.exitCounts[msg.exit - 1] += 1;
   if (!msg.deadline_met) edge.misses += 1;
   const t = performance.now() / 1000;
   charts.exit.push(t, [msg.exit, msg.horizon, msg.deadline_met ? 0 : 1]);
@@ -161,13 +161,15 @@ function showResult(m) {
   lastShown = now;
   $("label").textContent = m.smoothed.label;
   $("confidence").textContent = `${(100 * m.smoothed.confidence).toFixed(0)} %`;
-  $("exit").textContent = `${m.exit} of 3 (ran ${m.exits_run}, allowed ${m.horizon})`;
+  $("exit").textContent = m.reused ? "none: answer reused (even exit 1 would be late)"
+    : `${m.exit} of 3 (ran ${m.exits_run}, allowed ${m.horizon})`;
   $("rtt").textContent = `${m.network.rtt_ms.toFixed(1)} ms` + (m.network.rtt_from_prior ? " (prior)" : ` (${m.rtt_source})`);
   $("bitrate").textContent = `${(m.network.bitrate_bps / 1000).toFixed(0)} kbit/s` + (m.network.bitrate_from_prior ? " (prior)" : "");
   $("budget").textContent = `${m.budget.compute_ms.toFixed(0)} ms of ${m.budget.total_ms.toFixed(0)} ms`;
   $("latency").textContent = `${m.latency_ms.toFixed(1)} ms`;
   $("misses").textContent = `${edge.misses} of ${edge.results}`;
-  $("exits-hist").textContent = edge.exitCounts.map((n, i) => `exit ${i + 1}: ${n}`).join(" · ");
+  $("exits-hist").textContent = edge.exitCounts.map((n, i) => `exit ${i + 1}: ${n}`).join(" · ") +
+    ` · reused: ${edge.reused}`;
 }
 
 async function pollStats() {
