@@ -2,13 +2,17 @@
 
     compute budget = total_budget_ms - network_ms - waited_ms - safety_margin_ms
     network_ms     = rtt_ms + frame_bits / bitrate   (the frame came up, the result goes back down,
-                     + late_ms                        and the annotated frame must be sent)
+                     + late_ms * (1 + return_factor)  and the annotated frame must be sent)
     late_ms        = max(0, arrival_delay_ms - (rtt_ms - rtt_low_ms) / 2)
 
 ``late_ms`` is the part of the frame's own measured uplink delay (its
 arrival against the fastest recent frame's, ``streams.netstats.ArrivalDelay``)
 that the round-trip estimate does not cover yet: the up-leg then was about
-``rtt_low_ms / 2``, the estimate counts ``rtt_ms / 2`` for it now.
+``rtt_low_ms / 2``, the estimate counts ``rtt_ms / 2`` for it now.  The way
+back is assumed to have slowed by ``return_factor`` times as much (1: the
+symmetric path that RTT / 2 assumes too) until the RTT estimate shows it: a
+delay step then cuts the budget by its whole round trip on the first late
+frame, not by half of it until RTCP catches up a second later.
 
 ``horizon`` is the number of exits whose predicted cumulative cost fits; at
 least 1, so that every frame gets an answer even when the deadline is lost.
@@ -26,7 +30,7 @@ class Budget:
     network_ms: float
     waited_ms: float
     compute_ms: float  # may be negative: the deadline is already lost
-    late_ms: float  # included in network_ms
+    late_ms: float  # the uplink's; network_ms includes it and the return leg's assumed share
 
 
 def send_time_ms(frame_bytes: float, bitrate_bps: float) -> float:
@@ -41,8 +45,8 @@ def late_uplink_ms(arrival_delay_ms: float, rtt_ms: float, rtt_low_ms: float) ->
 
 
 def frame_budget(total_ms: float, rtt_ms: float, frame_bytes: float, bitrate_bps: float, waited_ms: float,
-                 margin_ms: float = 0.0, late_ms: float = 0.0) -> Budget:
-    network = rtt_ms + send_time_ms(frame_bytes, bitrate_bps) + late_ms
+                 margin_ms: float = 0.0, late_ms: float = 0.0, return_factor: float = 0.0) -> Budget:
+    network = rtt_ms + send_time_ms(frame_bytes, bitrate_bps) + late_ms * (1.0 + return_factor)
     return Budget(total_ms, network, waited_ms, total_ms - network - waited_ms - margin_ms, late_ms)
 
 

@@ -97,6 +97,9 @@ class BudgetConfig(_Section):
     min_receive_kbps: float = Field(250.0, ge=0, le=100_000, description="floor of the bandwidth the browser is "
                                     "asked to send (REMB); aiortc's estimator over-reacts to a step in delay; 0: off")
     safety_margin_ms: float = Field(5.0, ge=0, le=1_000, description="slack kept back from the budget")
+    late_return_factor: float = Field(1.0, ge=0, le=4, description="a frame that came up late (late_ms) is "
+                                      "assumed to go back this much later too, until the RTT estimate shows it "
+                                      "(1: a symmetric path; 0: only the uplink's lateness counts)")
     reuse_when_late: bool = Field(True, description="a frame that even exit 1 would answer late, safety margin "
                                   "spent too, gets the smoothed answer so far at once (exit 0, reused: true); "
                                   "only with [policy] truncate")

@@ -197,7 +197,7 @@ class AnalysisPipeline:
         if self._arrival is not None and sf.frame.pts is not None:
             late_ms = late_uplink_ms(self._arrival.add(sf.frame.pts, sf.arrived_s), est.rtt_ms, est.rtt_low_ms)
         budget = frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps, waited_ms,
-                              cfg.safety_margin_ms + self._post_ms.high_ms, late_ms)
+                              cfg.safety_margin_ms + self._post_ms.high_ms, late_ms, cfg.late_return_factor)
         dec: FrameDecision | None = None
         if self._reuse(budget.compute_ms):
             self._reused_in_a_row += 1

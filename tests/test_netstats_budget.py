@@ -99,6 +99,10 @@ def test_late_uplink_counts_only_what_the_rtt_estimate_does_not() -> None:
     assert late_uplink_ms(0.0, rtt_ms=20.0, rtt_low_ms=20.0) == 0.0
     b = frame_budget(total_ms=300, rtt_ms=20, frame_bytes=0, bitrate_bps=1e6, waited_ms=0, margin_ms=0, late_ms=70)
     assert b.network_ms == pytest.approx(90.0) and b.compute_ms == pytest.approx(210.0) and b.late_ms == 70.0
+    # the way back assumed as late as the way in (a symmetric path): the whole step's round trip at once
+    b = frame_budget(total_ms=300, rtt_ms=20, frame_bytes=0, bitrate_bps=1e6, waited_ms=0, late_ms=70,
+                     return_factor=1.0)
+    assert b.network_ms == pytest.approx(160.0) and b.compute_ms == pytest.approx(140.0) and b.late_ms == 70.0
 
 
 def test_horizon_counts_the_exits_that_fit() -> None:
