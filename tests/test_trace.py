@@ -71,3 +71,26 @@ def test_unavoidable_misses_are_frames_that_reached_the_server_too_late() -> Non
     # the exit-1 cost is this run's own median over frames that ran exit 1 alone
     assert unavoidable([frame(170.0, 45.0, 40.0, 1)], 300.0) != []
     assert unavoidable([frame(170.0, 45.0, 20.0, 1)], 300.0) == []
+
+
+def test_the_bench_waits_for_the_app_to_listen_and_quotes_a_failed_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from edge_app.netbench.bench import wait_listening
+
+    log = tmp_path / "app.log"
+    code = "import time; time.sleep(0.5); print('INFO listening on http://127.0.0.1:1/', flush=True); time.sleep(5)"
+    with log.open("wb") as f:
+        ok = subprocess.Popen([sys.executable, "-c", code], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(ok, log, timeout_s=20)
+        assert ok.poll() is None, "returned while the app runs, once it listens"
+    finally:
+        ok.kill()
+        ok.wait()
+    with log.open("wb") as f:
+        bad = subprocess.Popen([sys.executable, "-c", "import sys; print('error: config.toml: bad key'); sys.exit(2)"],
+                               stdout=f, stderr=subprocess.STDOUT)
+    with pytest.raises(RuntimeError, match=r"(?s)exited with 2.*bad key"):
+        wait_listening(bad, log, timeout_s=20)
