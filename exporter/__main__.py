@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--cache", type=Path, default=Path("data/cache"))
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--count", type=int, nargs=3, metavar=("TRAIN", "CALIB", "TEST"))
+    d.add_argument("--reshape-p", type=float, default=None,
+                   help="share of training digits redrawn (default 0.8; 0: the second recipe's training split)")
     t = sub.add_parser("train", help="train jointly and save a checkpoint")
     t.add_argument("--data", type=Path, default=Path("data/demo"))
     t.add_argument("--out", type=Path, default=Path("build/vgg.pt"))
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             counts = None
             if getattr(args, "count", None):
                 counts = dict(zip(("train", "calibration", "test"), args.count, strict=True))
-            pipeline.build_data(args.data if args.cmd == "all" else args.out, args.cache, counts, args.seed)
+            pipeline.build_data(args.data if args.cmd == "all" else args.out, args.cache, counts, args.seed,
+                                getattr(args, "reshape_p", None))
         if args.cmd in ("train", "all"):
             out = args.checkpoint if args.cmd == "all" else args.out
             pipeline.train_checkpoint(args.data, out, pipeline.train_options(args), init=args.init)

@@ -243,8 +243,11 @@ def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0) -> DemoSplit:
-    """Build ``count`` samples of ``split``; about 1/11 of them are "no digit"."""
+def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
+               reshape_p: float | None = None) -> DemoSplit:
+    """Build ``count`` samples of ``split``; about 1/11 of them are "no digit".  ``reshape_p`` (default
+    ``TRAIN_RESHAPE_P``) is the share of training digits redrawn; 0 draws the second recipe's split."""
+    reshape_p = TRAIN_RESHAPE_P if reshape_p is None else reshape_p
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
     rng = np.random.default_rng([seed, SPLITS.index(split)])
@@ -271,7 +274,7 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0) 
             lo, hi = int(lo_f * len(pool)), int(hi_f * len(pool))
             digit_ids[n] = rng.integers(lo, hi)
             glyph = pool[digit_ids[n]]
-            if split == "train" and rng.random() < TRAIN_RESHAPE_P:
+            if split == "train" and reshape_p > 0 and rng.random() < reshape_p:
                 glyph = _reshape_digit(rng, glyph)
             _paste_digit(rng, canvas, glyph)
         images[n] = _degrade(rng, canvas)
@@ -281,14 +284,14 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0) 
 
 
 def build_demo_dataset(out_dir: Path, cache_dir: Path, counts: dict[str, int] | None = None,
-                       seed: int = 0) -> dict[str, Path]:
+                       seed: int = 0, reshape_p: float | None = None) -> dict[str, Path]:
     """Write ``{split}.npz`` for every split into ``out_dir`` and return their paths."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     digits = load_digits(fetch_mnist(cache_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split in SPLITS:
-        data = make_split(split, counts[split], digits, seed)
+        data = make_split(split, counts[split], digits, seed, reshape_p)
         path = out_dir / f"{split}.npz"
         np.savez_compressed(path, images=data.images, labels=data.labels, digit_ids=data.digit_ids,
                             backgrounds=data.backgrounds, class_names=np.array(CLASS_NAMES),

@@ -39,9 +39,10 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
     return TrainOptions(arch, cfg)
 
 
-def build_data(out: Path, cache: Path, counts: dict[str, int] | None, seed: int) -> None:
+def build_data(out: Path, cache: Path, counts: dict[str, int] | None, seed: int,
+               reshape_p: float | None = None) -> None:
     try:
-        demo_data.build_demo_dataset(out, cache, counts, seed)
+        demo_data.build_demo_dataset(out, cache, counts, seed, reshape_p)
     except demo_data.DemoDataError as exc:
         raise ExportError(str(exc)) from exc
 
