@@ -33,7 +33,7 @@ from edge_app.smoothing import Smoothed, TemporalSmoother
 from models.costs import RunningCost
 from models.errors import SegmentRunError
 from models.policies import ExitPolicy
-from models.runtime import ModelRuntime
+from models.runtime import ExitResult, ModelRuntime
 from streams.frames import Broadcast, LatestSlot, SlotClosed, SourceFrame
 from streams.netstats import ArrivalDelay, NetworkEstimate
 from streams.stamp import read_stamp
@@ -113,6 +113,13 @@ class AnalysedFrame:
     def video_frame(self) -> av.VideoFrame:
         """A new ``av.VideoFrame`` per viewer (each encoder stamps its own pts on it)."""
         return av.VideoFrame.from_ndarray(self.i420, format="yuv420p")
+
+
+def reused_decision(sm: Smoothed, compute_budget_ms: float) -> FrameDecision:
+    """What a frame answered without the model carries: no exit run (``exit_index`` -1), the smoothed
+    answer so far as its answer."""
+    return FrameDecision(-1, 0, 0, ExitResult(-1, sm.probs, sm.label, sm.confidence, 0.0), 0.0, 0.0,
+                         compute_budget_ms, True)
 
 
 class AnalysisPipeline:
@@ -198,16 +205,17 @@ class AnalysisPipeline:
             late_ms = late_uplink_ms(self._arrival.add(sf.frame.pts, sf.arrived_s), est.rtt_ms, est.rtt_low_ms)
         budget = frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps, waited_ms,
                               cfg.safety_margin_ms + self._post_ms.high_ms, late_ms, cfg.late_return_factor)
-        dec: FrameDecision | None = None
-        if self._reuse(budget.compute_ms):
+        reused = self._reuse(budget.compute_ms)
+        if reused:
             self._reused_in_a_row += 1
+            assert self._smoothed is not None
             sm = self._smoothed
+            dec = reused_decision(sm, budget.compute_ms)
         else:
             self._reused_in_a_row = 0
             dec = self.scheduler.analyse(x, budget.compute_ms)
             sm = self._smoothed = self.smoother.update(dec.result.probs, dec.exit_index)
-        assert sm is not None
-        exit_used = 0 if dec is None else dec.exit_index + 1
+        exit_used = dec.exit_index + 1
         t3 = time.monotonic()
         # the same test as the result's deadline_met, with annotation's running estimate in place of its time
         on_time = (t3 - sf.arrived_s) * 1e3 + self._post_ms.high_ms + budget.network_ms <= cfg.total_budget_ms
@@ -217,17 +225,15 @@ class AnalysisPipeline:
         t4 = time.monotonic()
         self._post_ms.record((t4 - t3) * 1e3)
         latency_ms = (t4 - sf.arrived_s) * 1e3
-        raw_label, raw_conf = (sm.label, sm.confidence) if dec is None else (dec.result.label, dec.result.confidence)
         result = FrameResult(
             self.source, sf.seq, stamp, (time.time() - (t4 - sf.arrived_s)) * 1e3,
-            raw_label, raw_conf, sm.label, sm.confidence,
-            exit_used, 0 if dec is None else dec.exits_run, 0 if dec is None else dec.horizon,
-            0.0 if dec is None else dec.predicted_ms, 0.0 if dec is None else dec.actual_ms,
-            () if dec is None else dec.segments_ms, budget, est,
-            {"convert": (t1 - t0) * 1e3, "preprocess": (t2 - t1) * 1e3,
-             "inference": 0.0 if dec is None else dec.actual_ms, "annotate": (t4 - t3) * 1e3},
-            latency_ms, latency_ms + budget.network_ms <= cfg.total_budget_ms, self.slot.dropped,
-            None if dec is None else dec.error, reused=dec is None)
+            dec.result.label, dec.result.confidence, sm.label, sm.confidence,
+            exit_used, dec.exits_run, dec.horizon, dec.predicted_ms, dec.actual_ms, dec.segments_ms,
+            budget, est,
+            {"convert": (t1 - t0) * 1e3, "preprocess": (t2 - t1) * 1e3, "inference": dec.actual_ms,
+             "annotate": (t4 - t3) * 1e3},
+            latency_ms, latency_ms + budget.network_ms <= cfg.total_budget_ms, self.slot.dropped, dec.error,
+            reused)
         return AnalysedFrame(i420, result)
 
     def _reuse(self, compute_ms: float) -> bool:

@@ -26,7 +26,7 @@ from models.runtime import ExitResult, ModelRuntime
 
 @dataclass(frozen=True)
 class FrameDecision:
-    exit_index: int  # 0-based exit whose answer is returned
+    exit_index: int  # 0-based exit whose answer is returned; -1: none ran, the answer was reused
     exits_run: int
     horizon: int
     result: ExitResult
