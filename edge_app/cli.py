@@ -85,6 +85,9 @@ def cmd_bench_smoothing(args: argparse.Namespace) -> int:
     return 0
 
 
+CODEC_KBPS = 250.0  # VP8-coded traces: [budget] min_receive_kbps, the least the browser is asked to send
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     try:
         from exporter.__main__ import main as exporter_main
@@ -99,7 +102,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
         out = argparse.ArgumentParser(add_help=False)
         out.add_argument("--out", type=Path, default=Path("models/default"))
-        folder = out.parse_known_args(rest[1:])[0].out
+        out.add_argument("--data", type=Path, default=Path("data/demo"))
+        known = out.parse_known_args(rest[1:])[0]
+        folder, data = known.out, known.data
+        if (data / "calibration.npz").is_file() and (data / "test.npz").is_file():
+            from edge_app.codec_traces import write_codec_traces
+
+            write_codec_traces(folder, data, CODEC_KBPS)  # the policy is fitted on frames as VP8 delivers them
+        else:
+            print(f"{data} is not a demo data folder: no VP8-coded traces; the policy is fitted on clean frames")
         info = fit_policy(folder)
         print(f"fitted the dynamic index beside the model: lam={info['lam']:.4f} ({folder / 'policy.json'})")
     return rc
@@ -113,17 +124,32 @@ def cmd_fit_policy(args: argparse.Namespace) -> int:
     from edge_app.policy_cmds import fit_policy
 
     info = fit_policy(_model_dir(args), bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
-                      loss_kind=args.loss_kind)
-    print(f"lam={info['lam']:.4f}, loss {info['loss_kind']}: calibration accuracy {info['calibration_accuracy']:.4f} "
+                      loss_kind=args.loss_kind, traces=args.traces)
+    print(f"lam={info['lam']:.4f}, loss {info['loss_kind']}, {info['calibration_traces']} traces: "
+          f"calibration accuracy {info['calibration_accuracy']:.4f} "
           f"(final exit {info['calibration_final_exit_accuracy']:.4f}) at {info['calibration_cost']:.3f} of "
           f"full-depth cost; fitted on {info['calibration_frames']} frames in {info['fit_seconds']:.2f} s")
+    return 0
+
+
+def cmd_codec_traces(args: argparse.Namespace) -> int:
+    from edge_app.codec_traces import write_codec_traces
+
+    folder = _model_dir(args)
+    try:
+        written = write_codec_traces(folder, args.data, args.kbps, args.hold)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {', '.join(s.file for s in written.values())} and listed them in {folder / 'manifest.json'}; "
+          f"refit the policy on them with: edge-app fit-policy --model {folder}")
     return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from edge_app.policy_cmds import evaluate
 
-    res = evaluate(_model_dir(args), args.out, bins=args.bins, loss_kind=args.loss_kind)
+    res = evaluate(_model_dir(args), args.out, bins=args.bins, loss_kind=args.loss_kind, traces=args.traces)
     print(res["table"])
     print(f"\nwrote {args.out / 'table.txt'}, {args.out / 'pareto.png'}, {args.out / 'points.json'}")
     return 0
@@ -164,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="choose lam: cheapest policy reaching this calibration accuracy (default: final - 1 point)")
     f.add_argument("--loss-kind", choices=["auto", "error", "one-minus-confidence"], default="auto",
                    help="node loss: calibrated error, 1 - confidence, or whichever is cheaper on calibration")
+    f.add_argument("--traces", choices=["auto", "clean", "vp8"], default="auto",
+                   help="calibration traces: the data set's frames, or as VP8 delivers them (edge-app codec-traces); "
+                        "auto: vp8 when the model has them")
     f.set_defaults(func=cmd_fit_policy)
     v = sub.add_parser("evaluate", help="replay every policy on the test traces: table, Pareto plot, JSON")
     _model_args(v)
@@ -171,7 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--bins", type=int, default=8)
     v.add_argument("--loss-kind", choices=["error", "one-minus-confidence"],
                    help="node loss of the dynamic index (default: that of the model's policy.json)")
+    v.add_argument("--traces", choices=["auto", "clean", "vp8"], default="auto",
+                   help="calibration and test traces: clean or VP8-coded frames (auto: vp8 when the model has them)")
     v.set_defaults(func=cmd_evaluate)
+    ct = sub.add_parser("codec-traces", help="softmax traces of calibration and test frames after a VP8 round trip")
+    _model_args(ct)
+    ct.add_argument("--data", type=Path, default=Path("data/demo"),
+                    help="demo data folder with calibration.npz and test.npz (python -m exporter data)")
+    ct.add_argument("--kbps", type=float, default=CODEC_KBPS,
+                    help="VP8 bitrate (default 250: [budget] min_receive_kbps, the worst the browser is asked for)")
+    ct.add_argument("--hold", type=int, default=3, help="frames each image stays on screen (as bench-network's video)")
+    ct.set_defaults(func=cmd_codec_traces)
     bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
     _model_args(bp)
     bp.add_argument("--frames", type=int, default=2000)

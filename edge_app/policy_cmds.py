@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from models.errors import ModelFolderError
 from models.evaluate import PolicyPoint, cheapest_reaching, dominance, pareto_front, replay, sweep
 from models.fit import LOSS_KINDS, POLICY_FILE, FittedChain, build_policy, fit_chain, lam_for_target, save_policy
 from models.manifest import Manifest, read_manifest, verify_file
@@ -17,6 +18,8 @@ from models.manifest import Manifest, read_manifest, verify_file
 log = logging.getLogger(__name__)
 
 BASELINES_COMPARED = ("confidence", "patience")
+TRACE_KINDS = ("auto", "clean", "vp8")
+CODEC_SUFFIX = "-vp8"  # manifest trace names of VP8-coded frames: "calibration-vp8", "test-vp8"
 
 
 def load_traces(folder: Path, manifest: Manifest, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -26,12 +29,30 @@ def load_traces(folder: Path, manifest: Manifest, split: str) -> tuple[np.ndarra
         return z["probs"].astype(np.float64), z["labels"]
 
 
+def trace_names(manifest: Manifest, kind: str = "auto") -> tuple[str, str]:
+    """(calibration, test) trace names for ``kind``: "clean" (the data set's pixels), "vp8" (the frames after a
+    VP8 round trip, ``edge-app codec-traces``), or "auto": vp8 when the model folder has them, else clean."""
+    if kind not in TRACE_KINDS:
+        raise ValueError(f"trace kind must be one of {TRACE_KINDS}, got {kind!r}")
+    coded = ("calibration" + CODEC_SUFFIX, "test" + CODEC_SUFFIX)
+    if kind == "vp8" or (kind == "auto" and all(n in manifest.traces for n in coded)):
+        missing = [n for n in coded if n not in manifest.traces]
+        if missing:
+            raise ModelFolderError(f"the model's manifest lists no {' or '.join(missing)} traces: write them with "
+                                   "'edge-app codec-traces'")
+        return coded
+    return "calibration", "test"
+
+
 def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,
-               loss_kind: str = "auto") -> dict[str, Any]:
-    """Fit on the calibration traces, choose lam, write ``policy.json``; returns what was chosen."""
+               loss_kind: str = "auto", traces: str = "auto") -> dict[str, Any]:
+    """Fit on the calibration traces, choose lam, write ``policy.json``; returns what was chosen.
+
+    ``traces``: which calibration traces (``trace_names``); the VP8-coded ones when the folder has them."""
     manifest = read_manifest(folder)
     t0 = time.perf_counter()
-    probs, labels = load_traces(folder, manifest, "calibration")
+    cal_name = trace_names(manifest, traces)[0]
+    probs, labels = load_traces(folder, manifest, cal_name)
     final_acc = float((probs[:, -1].argmax(-1) == labels).mean())
     kinds = LOSS_KINDS if loss_kind == "auto" else (loss_kind,)
     target = None if lam is not None else (final_acc - 0.01 if target_accuracy is None else target_accuracy)
@@ -50,12 +71,13 @@ def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_acc
     lam, acc, cost, chain = best
     policy = build_policy(chain, lam)
     seconds = time.perf_counter() - t0
-    info = {"lam": lam, "loss_kind": chain.loss_kind, "target_accuracy": target, "calibration_accuracy": acc,
+    info = {"lam": lam, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,
+            "target_accuracy": target, "calibration_accuracy": acc,
             "calibration_cost": cost, "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
             "fit_seconds": round(seconds, 3)}
-    path = save_policy(folder, chain, policy, manifest.traces["calibration"].sha256, info)
-    log.info("wrote %s: lam=%.4f, calibration accuracy %.4f at cost %.3f of full depth (%.2fs)", path, lam, acc,
-             cost, seconds)
+    path = save_policy(folder, chain, policy, manifest.traces[cal_name].sha256, info)
+    log.info("wrote %s: fitted on %s traces, lam=%.4f, calibration accuracy %.4f at cost %.3f of full depth "
+             "(%.2fs)", path, cal_name, lam, acc, cost, seconds)
     return info
 
 
@@ -72,23 +94,35 @@ def _by_policy(points: list[PolicyPoint]) -> dict[str, list[PolicyPoint]]:
     return out
 
 
+def _saved(folder: Path, key: str, default: str) -> str:
+    try:
+        return str(json.loads((folder / POLICY_FILE).read_text()).get(key, default))
+    except (OSError, ValueError):
+        return default
+
+
 def saved_loss_kind(folder: Path) -> str:
     """The loss kind of the model's fitted ``policy.json`` ("error" if there is none)."""
-    try:
-        return str(json.loads((folder / POLICY_FILE).read_text()).get("loss_kind", "error"))
-    except (OSError, ValueError):
-        return "error"
+    return _saved(folder, "loss_kind", "error")
 
 
-def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str | None = None) -> dict[str, Any]:
+def saved_calibration_traces(folder: Path) -> str:
+    """The traces the model's ``policy.json`` was fitted on ("calibration" if it does not say)."""
+    return _saved(folder, "calibration_traces", "calibration")
+
+
+def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str | None = None, traces: str = "auto"
+             ) -> dict[str, Any]:
     """Replay every policy on the test traces at every horizon; write table, plot and JSON into ``out``.
 
-    ``loss_kind`` defaults to the one the model's saved policy was fitted with.
+    ``loss_kind`` defaults to the one the model's saved policy was fitted with; ``traces`` picks clean or
+    VP8-coded calibration and test traces (``trace_names``).
     """
     manifest = read_manifest(folder)
     loss_kind = loss_kind or saved_loss_kind(folder)
-    cal_p, cal_y = load_traces(folder, manifest, "calibration")
-    test_p, test_y = load_traces(folder, manifest, "test")
+    cal_name, test_name = trace_names(manifest, traces)
+    cal_p, cal_y = load_traces(folder, manifest, cal_name)
+    test_p, test_y = load_traces(folder, manifest, test_name)
     chain = fit_chain(cal_p, cal_y, manifest.costs_ms, bins=bins, loss_kind=loss_kind)
     n = test_p.shape[1]
     out.mkdir(parents=True, exist_ok=True)
@@ -96,7 +130,8 @@ def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str | None = Non
     full = by_horizon[n]
     final_acc = float((test_p[:, -1].argmax(-1) == test_y).mean())
     groups = _by_policy(full)
-    summary: dict[str, Any] = {"model": manifest.name, "loss_kind": loss_kind, "test_frames": len(test_y),
+    summary: dict[str, Any] = {"model": manifest.name, "loss_kind": loss_kind, "traces": [cal_name, test_name],
+                               "test_frames": len(test_y),
                                "final_exit_accuracy": final_acc,
                                "costs_normalised": chain.cost.tolist(), "within_1_point": {}, "dominance": {}}
     for name, pts in groups.items():
@@ -129,7 +164,7 @@ def _deadline_summary(by_horizon: dict[int, list[PolicyPoint]]) -> dict[str, Any
 
 def format_table(full: list[PolicyPoint], groups: dict[str, list[PolicyPoint]], summary: dict[str, Any]) -> str:
     lines = [f"model {summary['model']}, dynamic index with loss {summary['loss_kind']}, "
-             f"{summary['test_frames']} test frames, final exit accuracy "
+             f"{summary['test_frames']} test frames ({' / '.join(summary['traces'])} traces), final exit accuracy "
              f"{summary['final_exit_accuracy']:.4f}; costs normalised to full depth {summary['costs_normalised']}",
              "",
              "Pareto points per policy (all exits allowed):",

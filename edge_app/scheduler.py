@@ -18,8 +18,8 @@ import numpy as np
 from edge_app.budget import horizon as exits_that_fit
 from edge_app.config import PolicyConfig
 from edge_app.smoothing import depth_window
-from models.errors import SegmentRunError
-from models.fit import build_policy, fit_chain, lam_for_target, load_policy
+from models.errors import PolicyError, SegmentRunError
+from models.fit import POLICY_FILE, build_policy, fit_chain, lam_for_target, load_policy
 from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, ExitPolicy, FixedExit, Patience
 from models.runtime import ExitResult, ModelRuntime
 
@@ -95,11 +95,15 @@ def policy_from_config(cfg: PolicyConfig, runtime: ModelRuntime) -> ExitPolicy:
     if cfg.kind == "budget-greedy":
         return BudgetGreedy()
     folder, manifest = runtime.folder, runtime.manifest
-    if cfg.lam is None and cfg.target_accuracy is None:
-        return load_policy(folder, n, manifest.traces["calibration"].sha256)
-    from edge_app.policy_cmds import load_traces, saved_loss_kind
+    from edge_app.policy_cmds import load_traces, saved_calibration_traces, saved_loss_kind
 
-    probs, labels = load_traces(folder, manifest, "calibration")
+    cal_name = saved_calibration_traces(folder)
+    if cal_name not in manifest.traces:
+        raise PolicyError(f"{folder / POLICY_FILE} was fitted on {cal_name!r} traces, which the model's manifest does "
+                          f"not list; refit it with 'edge-app fit-policy --model {folder}'")
+    if cfg.lam is None and cfg.target_accuracy is None:
+        return load_policy(folder, n, manifest.traces[cal_name].sha256)
+    probs, labels = load_traces(folder, manifest, cal_name)
     chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=saved_loss_kind(folder))
     lam = cfg.lam if cfg.lam is not None else lam_for_target(chain, probs, labels, cfg.target_accuracy or 1.0)[0]
     return build_policy(chain, lam)
