@@ -11,6 +11,13 @@ several bins saw no error, the deeper, better exit still gets the lower
 loss, so recall does not prefer a shallow exit on a tie); ``loss_kind="one-minus-confidence"`` uses the
 paper's proxy, the bin's mean ``1 - confidence``.  Costs are each segment's
 cost normalised by full depth.
+
+The answer, once the run stops after exit k, is the seen exit j of lowest
+``answer_loss[j, k, s_j, s_k]``: exit j's error on the calibration frames
+that had state s_j at exit j and s_k at exit k, shrunk towards its error
+given s_j alone with the weight of ``ANSWER_PRIOR`` frames (``answer_loss[k,
+k, ., b]`` is exit k's own calibrated error in bin b).  It is a property of
+the traces, the same for every lam and horizon.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ POLICY_FILE = "policy.json"
 POLICY_FORMAT = 1
 LOSS_KINDS = ("error", "one-minus-confidence")
 MIN_LOSS = 1e-6
+ANSWER_PRIOR = 5.0  # frames' weight of exit j's error given its own state, in its error given (s_j, s_k)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class FittedChain:
     cost: np.ndarray  # (n,)
     loss_kind: str
     agreement: bool = False  # state = (confidence bin, agrees with the previous exit's class)
+    answer_loss: np.ndarray | None = None  # (n, n, m, m): error of exit j given s_j and the last exit k's s_k
 
     @property
     def bins(self) -> int:
@@ -110,13 +119,34 @@ def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], 
             else:
                 loss[k, s] = (1 - conf[mask, k]).mean() if mask.any() else 1 - (s % n_bins + 0.5) / n_bins
     loss = np.maximum(loss, MIN_LOSS)
+    answer = answer_losses(states, correct, bins, exit_error)
     log.debug("fitted chain on %d frames: %d exits, %d bins", n_frames, n, bins)
-    return FittedChain(edges, p1, trans, loss, normalised_costs(costs_ms), loss_kind, agreement)
+    return FittedChain(edges, p1, trans, loss, normalised_costs(costs_ms), loss_kind, agreement, answer)
+
+
+def answer_losses(states: np.ndarray, correct: np.ndarray, m: int, exit_error: np.ndarray) -> np.ndarray:
+    """(n, n, m, m) table: [j, k, a, b] = error of exit j in state a on frames where exit k was in state b."""
+    n = states.shape[1]
+    own = np.empty((n, m))  # error given the exit's own state, shrunk towards its overall error (2 frames)
+    for j in range(n):
+        errors = np.bincount(states[:, j], weights=(~correct[:, j]).astype(float), minlength=m)
+        own[j] = (errors + 2 * exit_error[j]) / (np.bincount(states[:, j], minlength=m) + 2)
+    table = np.full((n, n, m, m), np.inf)  # j > k: not seen yet when k is the last exit run
+    for k in range(n):
+        table[k, k] = own[k][None, :]  # exit k's own answer: its state is s_k, whatever a says
+        for j in range(k):
+            wrong = np.zeros((m, m))
+            seen = np.zeros((m, m))
+            np.add.at(wrong, (states[:, j], states[:, k]), (~correct[:, j]).astype(float))
+            np.add.at(seen, (states[:, j], states[:, k]), 1)
+            table[j, k] = (wrong + ANSWER_PRIOR * own[j][:, None]) / (seen + ANSWER_PRIOR)
+    out: np.ndarray = np.maximum(table, MIN_LOSS)
+    return out
 
 
 def build_policy(chain: FittedChain, lam: float) -> DynamicIndex:
     sols = solve_horizons(chain.p1, list(chain.transitions), chain.loss, chain.cost, lam)
-    return DynamicIndex(chain.bin_edges, sols, agreement=chain.agreement)
+    return DynamicIndex(chain.bin_edges, sols, agreement=chain.agreement, answer_loss=chain.answer_loss)
 
 
 # --- choosing lam ----------------------------------------------------------------------------------------------
@@ -181,6 +211,9 @@ def save_policy(folder: Path, chain: FittedChain, policy: DynamicIndex, calibrat
         "loss": chain.loss.tolist(),
         "cost": chain.cost.tolist(),
         "sigma_by_horizon": [_finite_or_none(s.sigma) for s in policy.solutions],
+        "answer_loss": None if policy.answer_loss is None else [
+            _finite_or_none(policy.answer_loss[j, k]) for j in range(chain.loss.shape[0])
+            for k in range(chain.loss.shape[0])],
         "expected_objective_by_horizon": [s.expected_objective for s in policy.solutions],
         **extra,
     }
@@ -209,11 +242,15 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
             if sigma.shape != (K, m):
                 raise PolicyError(f"{path}: sigma table for horizon {K} has shape {sigma.shape}")
             sols.append(ChainSolution(sigma, float(obj), R[:K], lam))
+        answer = None
+        if d.get("answer_loss") is not None:  # absent in tables written before it existed: marginal recall
+            answer = np.array([[np.inf if v is None else v for v in row] for block in d["answer_loss"]
+                               for row in block], float).reshape(n_exits, n_exits, m, m)
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         raise PolicyError(f"{path} is not a valid policy table ({exc}); refit with 'edge-app fit-policy'") from exc
     if len(sols) != n_exits:
         raise PolicyError(f"{path} has tables for {len(sols)} exits, the model has {n_exits}")
     if calibration_sha256 and d.get("calibration_sha256") != calibration_sha256:
         raise PolicyError(f"{path} was fitted on other calibration traces than the model's; refit it")
-    return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)))
+    return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)), answer_loss=answer)
 

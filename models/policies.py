@@ -152,14 +152,24 @@ class DynamicIndex:
     After exit k in state s (the confidence bin), the best weighted loss so
     far ``X`` is updated; the run stops when ``X <= sigma_K[k][s]`` and then
     answers with the exit of lowest calibrated loss seen.
+
+    ``answer_loss`` (n, n, m, m), when given, refines that last step: the loss
+    of exit j's answer is read as ``answer_loss[j, k, s_j, s_k]``, its
+    calibrated error given its own state *and* the state of the last exit run
+    k (``models.fit``), instead of its own state alone.  The chain treats the
+    exits' losses as independent given their own states, but they are not: a
+    confident exit 1 followed by an unsure exit 2 is wrong far more often than
+    exit 1's bin says, and marginal recall then answers with it.  Stopping
+    still follows the chain's index.
     """
 
     def __init__(self, bin_edges: np.ndarray, solutions: list[ChainSolution], name: str = "dynamic-index",
-                 agreement: bool = False) -> None:
+                 agreement: bool = False, answer_loss: np.ndarray | None = None) -> None:
         self.bin_edges = bin_edges  # (n, bins-1) inner edges of the confidence bins, per exit
         self.solutions = solutions  # index K-1 holds the table for horizon K
         self.name = name
         self.agreement = agreement  # state also says whether the exit agrees with the previous one
+        self.answer_loss = answer_loss
 
     @property
     def lam(self) -> float:
@@ -167,21 +177,26 @@ class DynamicIndex:
 
     def start(self, horizon: int) -> PolicyRun:
         sol = self.solutions[min(horizon, len(self.solutions)) - 1]
-        return _IndexRun(self.bin_edges, sol, self.bin_edges.shape[1] + 1 if self.agreement else 0)
+        return _IndexRun(self.bin_edges, sol, self.bin_edges.shape[1] + 1 if self.agreement else 0,
+                         self.answer_loss)
 
 
 class _IndexRun:
-    __slots__ = ("_agree_offset", "_best", "_choice", "_edges", "_k", "_last", "_r", "_sigma")
+    __slots__ = ("_agree_offset", "_answer_loss", "_best", "_choice", "_edges", "_k", "_last", "_r", "_sigma",
+                 "_states")
 
-    def __init__(self, edges: np.ndarray, sol: ChainSolution, agree_offset: int) -> None:
+    def __init__(self, edges: np.ndarray, sol: ChainSolution, agree_offset: int,
+                 answer_loss: np.ndarray | None = None) -> None:
         self._edges = edges
         self._sigma = sol.sigma
         self._r = sol.weighted_loss
         self._agree_offset = agree_offset  # 0: confidence bins only
+        self._answer_loss = answer_loss
         self._k = 0
         self._best = math.inf
         self._choice = 0
         self._last = -1
+        self._states: list[int] = []
 
     def observe(self, probs: np.ndarray) -> bool:
         k = self._k
@@ -191,6 +206,7 @@ class _IndexRun:
             if label == self._last:
                 state += self._agree_offset
             self._last = label
+        self._states.append(state)
         r = self._r[k, state]
         if r <= self._best:  # on a tie the deeper exit answers
             self._best, self._choice = float(r), k
@@ -199,7 +215,15 @@ class _IndexRun:
 
     @property
     def choice(self) -> int:
-        return self._choice
+        if self._answer_loss is None or self._k < 2:
+            return self._choice
+        k, s = self._k - 1, self._states
+        table = self._answer_loss
+        best = k  # on a tie the deeper exit answers
+        for j in range(k - 1, -1, -1):
+            if table[j, k, s[j], s[k]] < table[best, k, s[best], s[k]]:
+                best = j
+        return best
 
 
 def run_on_trace(policy: ExitPolicy, exit_probs: np.ndarray, horizon: int) -> tuple[int, int]:

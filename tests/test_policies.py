@@ -16,6 +16,7 @@ from models.fit import build_policy, fit_chain, load_policy, save_policy, states
 from models.policies import (
     BudgetGreedy,
     ConfidenceThreshold,
+    DynamicIndex,
     EntropyThreshold,
     FixedExit,
     Patience,
@@ -92,8 +93,40 @@ def test_online_policy_follows_the_tables() -> None:
                 want_ran = k + 1
                 break
         assert ran == want_ran
+        last = ran - 1
+        seen = [chain.answer_loss[j, last, states[i, j], states[i, last]] for j in range(ran)]
+        assert choice == max(j for j in range(ran) if seen[j] == min(seen)), \
+            "recall: the answer is the exit of lowest loss given what was seen (deeper on a tie)"
+        marginal = DynamicIndex(chain.bin_edges, pol.solutions)  # without the table: each exit's own state
         seen = [sol.weighted_loss[k, states[i, k]] for k in range(ran)]
-        assert choice == int(np.argmin(seen)), "recall: the answer is the lowest-loss exit seen"
+        assert run_all(marginal, probs[i]) == (ran, int(np.argmin(seen)))
+
+
+def _frame(confs: tuple[float, ...], right: tuple[bool, ...]) -> np.ndarray:
+    """One frame's (exits, 3) softmax: exit k says class 0 (the label) or 1 with confidence confs[k]."""
+    out = np.empty((len(confs), 3))
+    for k, (c, r) in enumerate(zip(confs, right, strict=True)):
+        rest = (1 - c) / 2
+        out[k] = [c, rest, rest] if r else [rest, c, rest]
+    return out
+
+
+def test_recall_reads_an_earlier_exit_by_what_the_later_exits_said() -> None:
+    # A: every exit sure and right; B: exit 1 sure but wrong, exits 2-3 unsure and right; D: exits 2-3 unsure, wrong.
+    # Exit 1's "sure" bin is right 50 / 70 times, exit 2's "unsure" bin 20 / 50: each exit's own bin says exit 1.
+    frames = [_frame((0.95, 0.95, 0.95), (True, True, True))] * 50 \
+        + [_frame((0.95, 0.6, 0.6), (False, True, True))] * 20 + [_frame((0.6, 0.55, 0.55), (True, False, False))] * 30
+    probs, labels = np.stack(frames), np.zeros(len(frames), int)
+    chain = fit_chain(probs, labels, [1.0, 1.0, 1.0], bins=2)
+    s = states_of(probs[50:51], chain.bin_edges)[0]  # a B frame's states
+    assert chain.loss[0, s[0]] < chain.loss[1, s[1]]  # exit 1's bin alone looks safer ...
+    assert chain.answer_loss[0, 1, s[0], s[1]] > chain.answer_loss[1, 1, s[1], s[1]]  # ... but not after exit 2's
+    pol = build_policy(chain, 0.99)
+    for policy, want in ((pol, 1), (DynamicIndex(chain.bin_edges, pol.solutions), 0)):
+        run = policy.start(2)
+        run.observe(probs[50, 0])
+        run.observe(probs[50, 1])  # both exits ran (as when the depth window makes a run go on)
+        assert run.choice == want
 
 
 def test_lam_trades_cost_for_accuracy_and_horizon_truncates() -> None:
@@ -127,6 +160,8 @@ def test_saved_tables_round_trip(tmp_path: Path) -> None:
     for h in (1, 2, 3):
         for i in range(100):
             assert run_all(pol, probs[i], h) == run_all(loaded, probs[i], h)
+    assert loaded.answer_loss is not None and pol.answer_loss is not None
+    np.testing.assert_array_equal(loaded.answer_loss, pol.answer_loss)  # +inf (not reachable) survives JSON
     with pytest.raises(PolicyError, match="other calibration traces"):
         load_policy(tmp_path, 3, "cd" * 32)
     with pytest.raises(PolicyError, match="not a valid policy table"):
