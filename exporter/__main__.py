@@ -4,6 +4,7 @@
     python -m exporter train  --data data/demo --out build/vgg.pt
     python -m exporter export --checkpoint build/vgg.pt --data data/demo --out models/default
     python -m exporter all    --out models/default          # the three in a row
+    python -m exporter diagnose --model models/default      # where the final exit loses accuracy
 
 ``--data`` may also be a torchvision ImageFolder root with ``train/``,
 ``calibration/`` and ``test/`` sub-folders (each ``CLASS_NAME/*.jpg``).
@@ -58,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--checkpoint", type=Path, default=Path("build/vgg.pt"))
     a.add_argument("--out", type=Path, default=Path("models/default"))
     _add_train_args(a)
+    g = sub.add_parser("diagnose", help="accuracy by test photo, and on seen vs unseen digits")
+    g.add_argument("--model", type=Path, default=Path("models/default"))
+    g.add_argument("--data", type=Path, default=Path("data/demo"))
+    g.add_argument("--cache", type=Path, default=Path("data/cache"))
+    g.add_argument("--count", type=int, default=2000, help="fresh frames drawn for each of seen / unseen digits")
     return ap
 
 
@@ -66,6 +72,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("onnx_ir", "onnxscript", "torch.onnx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.cmd == "diagnose":
+        from exporter.diagnose import per_photo, seen_vs_unseen
+
+        try:
+            print("Accuracy by test photo (the model's test traces):")
+            print(per_photo(args.model, args.data))
+            print(f"\nAccuracy on digit frames of the test photos, {args.count} fresh frames each:")
+            print(seen_vs_unseen(args.model, args.cache, args.count))
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     from exporter import pipeline  # torch is imported only once a command runs
 
     try:

@@ -244,15 +244,17 @@ def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
 
 
 def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
-               reshape_p: float | None = None) -> DemoSplit:
+               reshape_p: float | None = None, digit_split: str | None = None) -> DemoSplit:
     """Build ``count`` samples of ``split``; about 1/11 of them are "no digit".  ``reshape_p`` (default
-    ``TRAIN_RESHAPE_P``) is the share of training digits redrawn; 0 draws the second recipe's split."""
+    ``TRAIN_RESHAPE_P``) is the share of training digits redrawn; 0 draws the second recipe's split.
+    ``digit_split`` draws the digits from another split's share, never redrawn (a diagnosis: frames of this
+    split's photos, drawn the same way, with digits the model trained on)."""
     reshape_p = TRAIN_RESHAPE_P if reshape_p is None else reshape_p
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
+    if split not in SPLITS or (digit_split is not None and digit_split not in SPLITS):
+        raise ValueError(f"unknown split {split!r} / {digit_split!r}; choose from {SPLITS}")
     rng = np.random.default_rng([seed, SPLITS.index(split)])
     photos = load_backgrounds(BACKGROUND_SPLITS[split])
-    i = SPLITS.index(split)
+    i = SPLITS.index(digit_split or split)
     lo_f, hi_f = sum(DIGIT_SPLIT_FRACTIONS[:i]), sum(DIGIT_SPLIT_FRACTIONS[: i + 1])
     images = np.empty((count, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
     labels = rng.integers(0, len(CLASS_NAMES), count)

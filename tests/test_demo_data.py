@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from conftest import MNIST_CACHE
 
 from exporter import demo_data
 
@@ -60,3 +63,31 @@ def test_a_redrawn_digit_is_a_new_glyph_in_range(demo_digits: list[np.ndarray]) 
         assert r.shape == glyph.shape and r.dtype == np.float32
         assert r.min() >= 0.0 and r.max() <= 1.0 and r.sum() > 0.3 * glyph.sum()  # still ink, not erased
     assert sum(not np.allclose(r, glyph, atol=0.05) for r in redrawn) >= 6
+
+
+def test_a_split_can_draw_another_splits_digits(demo_digits: list[np.ndarray]) -> None:
+    own = demo_data.make_split("test", 80, demo_digits)
+    seen = demo_data.make_split("test", 80, demo_digits, digit_split="train")
+    assert np.array_equal(own.labels, seen.labels)  # the same frames to draw, the same test photos
+    assert set(seen.backgrounds) <= set(range(len(demo_data.BACKGROUND_SPLITS["test"])))
+    for cls in range(10):
+        n = len(demo_digits[cls])  # shares of each class's digits: train [0, 70 %), test [85 %, 100 %)
+        assert (seen.digit_ids[seen.labels == cls] < int(0.70 * n)).all()
+        assert (own.digit_ids[own.labels == cls] >= int(0.85 * n)).all()
+
+
+@pytest.mark.train
+def test_diagnose_reads_accuracy_by_photo_and_by_digit_share(tiny_model_folder: Path, demo_data_dir: Path) -> None:
+    from exporter.diagnose import per_photo, seen_vs_unseen
+
+    table = per_photo(tiny_model_folder, demo_data_dir)
+    rows = table.splitlines()
+    assert all(any(r.split()[1] == photo for r in rows) for photo in demo_data.BACKGROUND_SPLITS["test"])
+    with np.load(tiny_model_folder / "traces_test.npz") as z:
+        final = (z["probs"][:, -1].argmax(-1) == z["labels"]).mean()
+    all_row = next(r for r in rows if r.split()[:2] == ["clean", "all"])
+    assert float(all_row.split()[-1].rstrip("%")) == pytest.approx(100 * final, abs=0.01)
+    counts = [int(r.split()[2]) for r in rows if r.startswith("clean") and r.split()[1] != "all"]
+    assert sum(counts) == int(all_row.split()[2])  # every test frame is on exactly one photo
+    lines = seen_vs_unseen(tiny_model_folder, MNIST_CACHE, count=24).splitlines()
+    assert [ln.split()[0] for ln in lines[1:]] == ["seen", "unseen"]

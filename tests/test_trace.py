@@ -94,3 +94,25 @@ def test_the_bench_waits_for_the_app_to_listen_and_quotes_a_failed_start(tmp_pat
                                stdout=f, stderr=subprocess.STDOUT)
     with pytest.raises(RuntimeError, match=r"(?s)exited with 2.*bad key"):
         wait_listening(bad, log, timeout_s=20)
+
+
+def test_good_network_accuracy_is_split_at_each_recovery() -> None:
+    from edge_app.netbench.bench import RECOVERY_S, FrameRecord, recovery_table, summarise
+
+    step = load_trace("step")  # 20 ms, 150 ms from 20 s, 20 ms again from 40 s
+    assert step.recoveries() == [40] and load_trace("bursty").recoveries() == [13, 22, 34, 43]
+
+    def frame(t: float, rtt: float, right: bool, runs: int) -> FrameRecord:
+        return FrameRecord(t, 0, rtt, rtt, False, 100.0, max(runs, 1), runs, 3, 25.0, 1, 1 if right else 2, 1,
+                           150.0, None, 50.0, 40.0, True)
+
+    frames = [frame(5.0, 20, True, 3), frame(10.0, 20, True, 3),  # settled, before the step
+              frame(30.0, 150, False, 1),  # bad: in neither
+              frame(40.5, 20, False, 1), frame(40.0 + RECOVERY_S - 0.1, 20, True, 0),  # just after it came back
+              frame(40.0 + RECOVERY_S + 0.1, 20, True, 2)]  # settled again
+    s = summarise(frames, 0, step, 300.0)
+    assert s["frames_recovering"] == 2 and s["accuracy_recovering"] == 0.5 and s["reused_recovering"] == 1
+    assert s["accuracy_settled"] == 1.0 and s["mean_exits_run_settled"] == pytest.approx(8 / 3)
+    assert s["accuracy_good"] == pytest.approx(4 / 5)
+    row = recovery_table({"ours": s}).splitlines()[-1]
+    assert row == "| ours | 2 | 50.0 | 0.50 | 1 | 100.0 | 2.67 |"

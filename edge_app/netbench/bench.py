@@ -35,6 +35,7 @@ from streams.testvideo import LabelledVideo, write_y4m
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 PORT = 8080
+RECOVERY_S = 3.0  # good-network frames this soon after the path came back are reported apart (summary.md)
 
 POLICIES: dict[str, dict[str, Any]] = {
     "dynamic-index": {"kind": "dynamic-index"},
@@ -217,6 +218,8 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
     good = [f for f in frames if f.applied_rtt_ms <= good_rtt + 1e-6]
     bad = [f for f in frames if f.applied_rtt_ms > good_rtt + 1e-6]
     after = [f for f in frames if any(w <= f.t_s < w + 1.0 for w in trace.worsenings())]
+    recovering = [f for f in good if any(r <= f.t_s < r + RECOVERY_S for r in trace.recoveries())]
+    settled = [f for f in good if not any(r <= f.t_s < r + RECOVERY_S for r in trace.recoveries())]
     res = np.array([f.to_result_ms for f in frames])
     disp = np.array([f.to_display_ms for f in frames if f.to_display_ms is not None])
 
@@ -226,10 +229,18 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
     def pct(a: np.ndarray, q: float) -> float | None:
         return float(np.percentile(a, q)) if len(a) else None
 
+    def mean_exits_run(fs: list[FrameRecord]) -> float | None:
+        return float(np.mean([f.exits_run for f in fs])) if fs else None
+
     return {
         "frames": len(frames), "unanswered": unanswered,
         "deadline_hit_rate": float(np.mean([f.hit for f in frames])),
         "accuracy": acc(frames), "accuracy_good": acc(good), "accuracy_bad": acc(bad),
+        # good network split: the RECOVERY_S after the path came back, and the rest (settled)
+        "frames_recovering": len(recovering), "accuracy_recovering": acc(recovering),
+        "accuracy_settled": acc(settled),
+        "mean_exits_run_recovering": mean_exits_run(recovering), "mean_exits_run_settled": mean_exits_run(settled),
+        "reused_recovering": int(sum(f.exits_run == 0 for f in recovering)),
         "smoothed_accuracy": float(np.mean([f.smoothed == f.label for f in frames])),
         "hit_rate_good": float(np.mean([f.hit for f in good])) if good else None,
         "hit_rate_bad": float(np.mean([f.hit for f in bad])) if bad else None,
@@ -404,6 +415,20 @@ def latency_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def recovery_table(results: dict[str, dict[str, Any]]) -> str:
+    """Accuracy while the network is good, split at RECOVERY_S after each return to the best round trip."""
+    rows = [f"| policy | good-network frames in the {RECOVERY_S:g} s after a recovery | accuracy there % | "
+            "exits run there | reused there | accuracy once settled % | exits run once settled |",
+            "|---|---|---|---|---|---|---|"]
+    for name, s in results.items():
+        if not s.get("frames") or "frames_recovering" not in s:
+            continue
+        rows.append(f"| {name} | {s['frames_recovering']} | {_fmt(s['accuracy_recovering'], 100)} | "
+                    f"{_fmt(s['mean_exits_run_recovering'], 1, 2)} | {s['reused_recovering']} | "
+                    f"{_fmt(s['accuracy_settled'], 100)} | {_fmt(s['mean_exits_run_settled'], 1, 2)} |")
+    return "\n".join(rows)
+
+
 def _fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
     return "–" if v is None else f"{v * scale:.{digits}f}"
 
@@ -461,6 +486,8 @@ def _write_summary(out: Path, stem: str, per: dict[str, dict[str, Any]], opts: B
     md = (f"## {stem} (total budget {opts.total_budget_ms:.0f} ms, {device}, "
           f"margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n\n"
           f"Latency by stage, p50 ms:\n\n{latency_table(per)}\n")
+    if any(s.get("frames_recovering") for s in per.values()):
+        md += f"\nWhile the network is good, just after it came back and once settled:\n\n{recovery_table(per)}\n"
     (out / stem / "summary.md").write_text(md)
     (out / stem / "summary.json").write_text(json.dumps(per, indent=1))
     print("\n" + md, flush=True)

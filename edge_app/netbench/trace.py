@@ -71,6 +71,12 @@ class Trace:
                 out.append(b.t_s)
         return out
 
+    def recoveries(self) -> list[float]:
+        """Times at which the trace returns to its best round trip from a worse one."""
+        best = min(s.rtt_ms for s in self.steps)
+        return [b.t_s for a, b in zip(self.steps, self.steps[1:], strict=False)
+                if b.rtt_ms <= best and a.rtt_ms > best]
+
 
 def _number(text: str, where: str, lo: float, hi: float) -> float:
     try:

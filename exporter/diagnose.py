@@ -1,0 +1,81 @@
+"""``python -m exporter diagnose``: where the final exit loses accuracy on the demo test split.
+
+Two readings, printed as tables:
+
+* by background photo: each exit's accuracy on the test traces (clean, and
+  VP8-coded when the model folder has them), per test photo;
+* seen or unseen digits: fresh test-photo frames drawn the same way with
+  digits from the *training* share of the MNIST package against digits from
+  the test share, run through the model (ONNX Runtime).  A large gap means
+  the model learnt its training digits more than digit shapes; a small one
+  puts the blame on the photos.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from exporter.demo_data import BACKGROUND_SPLITS, NO_DIGIT, fetch_mnist, load_digits, make_split
+from models.manifest import read_manifest
+
+log = logging.getLogger(__name__)
+
+
+def _accuracy(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    out: np.ndarray = (probs.argmax(-1) == labels[:, None]).mean(axis=0)
+    return out
+
+
+def per_photo(folder: Path, data: Path) -> str:
+    """Per-exit accuracy on each test photo, from the model's test traces and the split's photo index."""
+    from edge_app.policy_cmds import CODEC_SUFFIX, load_traces
+
+    manifest = read_manifest(folder)
+    src = data / "test.npz"
+    if not src.is_file():
+        raise FileNotFoundError(f"{src} is missing: build the demo data with 'python -m exporter data --out {data}'")
+    with np.load(src) as z:
+        labels, photos = z["labels"], z["backgrounds"]
+    names = BACKGROUND_SPLITS["test"]
+    lines = [f"{'traces':<10} {'photo':<12} {'frames':>6}  " + "  ".join(f"exit {k + 1:>2}" for k in
+                                                                          range(len(manifest.exits)))]
+    for name in ("test", "test" + CODEC_SUFFIX):
+        if name not in manifest.traces:
+            continue
+        probs, trace_labels = load_traces(folder, manifest, name)
+        if not np.array_equal(trace_labels, labels):
+            raise ValueError(f"{folder}'s {name} traces were not taken from {src} (labels differ): rebuild the "
+                             "data with the recipe's defaults or re-export")
+        kind = "vp8" if name.endswith(CODEC_SUFFIX) else "clean"
+        for i, photo in enumerate(names):
+            sel = photos == i
+            acc = _accuracy(probs[sel], labels[sel])
+            lines.append(f"{kind:<10} {photo:<12} {sel.sum():>6}  " + "  ".join(f"{a:7.2%}" for a in acc))
+        lines.append(f"{kind:<10} {'all':<12} {len(labels):>6}  " + "  ".join(
+            f"{a:7.2%}" for a in _accuracy(probs, labels)))
+    return "\n".join(lines)
+
+
+def seen_vs_unseen(folder: Path, cache: Path, count: int = 2000, seed: int = 1) -> str:
+    """Final-exit accuracy on fresh test-photo frames with training digits vs with unseen (test) digits."""
+    from models.runtime import ModelRuntime
+
+    rt = ModelRuntime.load(folder, providers=("cpu",), warmup=1)
+    digits = load_digits(fetch_mnist(cache))
+    lines = [f"{'digits':<28} {'frames':>6}  " + "  ".join(f"exit {k + 1:>2}" for k in range(rt.num_exits))]
+    for title, digit_split in (("seen in training", "train"), ("unseen (the test share)", "test")):
+        split = make_split("test", count, digits, seed=seed, digit_split=digit_split)
+        probs = np.empty((count, rt.num_exits, len(rt.class_names)))
+        for i, img in enumerate(split.images):
+            run = rt.start(rt.preprocess(img), record=False)
+            while not run.done:
+                res = run.advance()
+                probs[i, res.exit_index] = res.probs
+        has_digit = split.labels != NO_DIGIT
+        acc = _accuracy(probs[has_digit], split.labels[has_digit])
+        lines.append(f"{title:<28} {has_digit.sum():>6}  " + "  ".join(f"{a:7.2%}" for a in acc))
+        log.info("%s digits: %d frames analysed", digit_split, count)
+    return "\n".join(lines)
