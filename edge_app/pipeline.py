@@ -77,6 +77,7 @@ class FrameResult:
     dropped_stale: int  # frames of this source dropped before analysis, so far
     error: str | None = None  # a later segment failed; the answer comes from the exits before it
     reused: bool = False  # no exit ran (exit 0): even exit 1 would have been late, the smoothed answer so far
+    frame_size: tuple[int, int] = (0, 0)  # (width, height) as decoded: a browser lowers it when bits are short
 
     def to_json(self, class_names: list[str]) -> dict[str, Any]:
         return {
@@ -102,6 +103,7 @@ class FrameResult:
             "dropped_stale": self.dropped_stale,
             "error": self.error,
             "reused": self.reused,
+            "frame_size": list(self.frame_size),
         }
 
 
@@ -233,7 +235,7 @@ class AnalysisPipeline:
             {"convert": (t1 - t0) * 1e3, "preprocess": (t2 - t1) * 1e3, "inference": dec.actual_ms,
              "annotate": (t4 - t3) * 1e3},
             latency_ms, latency_ms + budget.network_ms <= cfg.total_budget_ms, self.slot.dropped, dec.error,
-            reused)
+            reused, (rgb.shape[1], rgb.shape[0]))
         return AnalysedFrame(i420, result)
 
     def _reuse(self, compute_ms: float) -> bool:

@@ -70,8 +70,9 @@ async def test_every_frame_gets_a_complete_result(runtime: ModelRuntime) -> None
     assert [o.result.stamp for o in out] == list(range(12))
     msg = out[-1].result.to_json(runtime.class_names)
     for key in ("frame", "stamp", "raw", "smoothed", "exit", "exits_run", "horizon", "costs", "budget", "network",
-                "stages_ms", "latency_ms", "deadline_met"):
+                "stages_ms", "latency_ms", "deadline_met", "frame_size"):
         assert key in msg
+    assert msg["frame_size"] == [640, 480]
     assert 1 <= msg["exit"] <= msg["exits_run"] <= msg["horizon"] <= 3
     assert len(msg["costs"]["segments_ms"]) == msg["exits_run"]
     assert msg["budget"]["total_ms"] == 250.0 and msg["deadline_met"]
@@ -152,3 +153,4 @@ async def test_frames_of_unexpected_size_and_format_are_analysed(runtime: ModelR
         await pipe.stop()
     assert pipe.errors == 0 and len(out) == len(cases), (pipe.errors, len(out))
     assert all(o.result.raw_class in range(len(runtime.class_names)) for o in out)
+    assert [o.result.frame_size for o in out] == [(w, h) for _, (h, w) in cases]  # as decoded, before the crop

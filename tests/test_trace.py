@@ -115,4 +115,4 @@ def test_good_network_accuracy_is_split_at_each_recovery() -> None:
     assert s["accuracy_settled"] == 1.0 and s["mean_exits_run_settled"] == pytest.approx(8 / 3)
     assert s["accuracy_good"] == pytest.approx(4 / 5)
     row = recovery_table({"ours": s}).splitlines()[-1]
-    assert row == "| ours | 2 | 50.0 | 0.50 | 1 | 100.0 | 2.67 |"
+    assert row == "| ours | 2 | 50.0 | 0.50 | 1 | – | 100.0 | 2.67 | – |"  # heights not recorded: –

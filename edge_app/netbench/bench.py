@@ -79,6 +79,7 @@ class FrameRecord:
     server_ms: float  # decoded at the server -> result sent (wait, pre-process, compute, annotate)
     hit: bool  # to_result_ms <= total_budget_ms
     late_ms: float = 0.0  # budget.late_ms (0 when read from a frames.csv written before it existed)
+    frame_height: int = 0  # of the frame as decoded at the server (0: a frames.csv from before it was recorded)
 
     @property
     def correct(self) -> bool:
@@ -166,7 +167,8 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
             horizon=r["horizon"], compute_ms=r["costs"]["actual_ms"], label=video.label_of_stamp(src),
             answer=r["raw"]["class"], smoothed=r["smoothed"]["class"], to_result_ms=to_result,
             to_display_ms=None if shown is None else shown - t_ms, to_server_ms=r["arrived_unix_ms"] - t_ms,
-            server_ms=r["latency_ms"], hit=to_result <= total_ms, late_ms=r["budget"]["late_ms"]))
+            server_ms=r["latency_ms"], hit=to_result <= total_ms, late_ms=r["budget"]["late_ms"],
+            frame_height=int(r.get("frame_size", [0, 0])[1])))
     out.sort(key=lambda f: f.t_s)
     return out, len(in_window) - len(answered)
 
@@ -232,6 +234,10 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
     def mean_exits_run(fs: list[FrameRecord]) -> float | None:
         return float(np.mean([f.exits_run for f in fs])) if fs else None
 
+    def median_height(fs: list[FrameRecord]) -> float | None:
+        heights = [f.frame_height for f in fs if f.frame_height > 0]  # 0: not recorded
+        return float(np.median(heights)) if heights else None
+
     return {
         "frames": len(frames), "unanswered": unanswered,
         "deadline_hit_rate": float(np.mean([f.hit for f in frames])),
@@ -241,6 +247,7 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
         "accuracy_settled": acc(settled),
         "mean_exits_run_recovering": mean_exits_run(recovering), "mean_exits_run_settled": mean_exits_run(settled),
         "reused_recovering": int(sum(f.exits_run == 0 for f in recovering)),
+        "frame_height_recovering": median_height(recovering), "frame_height_settled": median_height(settled),
         "smoothed_accuracy": float(np.mean([f.smoothed == f.label for f in frames])),
         "hit_rate_good": float(np.mean([f.hit for f in good])) if good else None,
         "hit_rate_bad": float(np.mean([f.hit for f in bad])) if bad else None,
@@ -418,14 +425,16 @@ def latency_table(results: dict[str, dict[str, Any]]) -> str:
 def recovery_table(results: dict[str, dict[str, Any]]) -> str:
     """Accuracy while the network is good, split at RECOVERY_S after each return to the best round trip."""
     rows = [f"| policy | good-network frames in the {RECOVERY_S:g} s after a recovery | accuracy there % | "
-            "exits run there | reused there | accuracy once settled % | exits run once settled |",
-            "|---|---|---|---|---|---|---|"]
+            "exits run there | reused there | frame height there (median px) | accuracy once settled % | "
+            "exits run once settled | frame height once settled |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for name, s in results.items():
         if not s.get("frames") or "frames_recovering" not in s:
             continue
         rows.append(f"| {name} | {s['frames_recovering']} | {_fmt(s['accuracy_recovering'], 100)} | "
                     f"{_fmt(s['mean_exits_run_recovering'], 1, 2)} | {s['reused_recovering']} | "
-                    f"{_fmt(s['accuracy_settled'], 100)} | {_fmt(s['mean_exits_run_settled'], 1, 2)} |")
+                    f"{_fmt(s.get('frame_height_recovering'), 1, 0)} | {_fmt(s['accuracy_settled'], 100)} | "
+                    f"{_fmt(s['mean_exits_run_settled'], 1, 2)} | {_fmt(s.get('frame_height_settled'), 1, 0)} |")
     return "\n".join(rows)
 
 
@@ -456,6 +465,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 def read_frames_csv(path: Path) -> list[FrameRecord]:
     kinds = {"counter": int, "exit": int, "exits_run": int, "horizon": int, "label": int, "answer": int,
+             "frame_height": int,
              "smoothed": int, "rtt_from_prior": lambda v: v == "True", "hit": lambda v: v == "True",
              "to_display_ms": lambda v: None if v in ("", "None") else float(v)}
     with path.open() as f:
