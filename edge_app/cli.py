@@ -137,7 +137,7 @@ def cmd_codec_traces(args: argparse.Namespace) -> int:
 
     folder = _model_dir(args)
     try:
-        written = write_codec_traces(folder, args.data, args.kbps, args.hold)
+        written = write_codec_traces(folder, args.data, args.kbps, args.hold, height=args.height)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     ct.add_argument("--kbps", type=float, default=CODEC_KBPS,
                     help="VP8 bitrate (default 250: [budget] min_receive_kbps, the worst the browser is asked for)")
     ct.add_argument("--hold", type=int, default=3, help="frames each image stays on screen (as bench-network's video)")
+    ct.add_argument("--height", type=int, default=480, choices=[240, 360, 480, 720],
+                    help="frame height (4:3); a browser sends less when short of bits (bench-network: mostly 240)")
     ct.set_defaults(func=cmd_codec_traces)
     bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
     _model_args(bp)

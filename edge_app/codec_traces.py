@@ -5,7 +5,8 @@ analyses frames a browser encoded with VP8 and aiortc decoded, and coding costs
 the early exits more accuracy than the final one, so a policy fitted on clean
 traces stops too early on live video.  ``codec_traces`` plays a split's images
 as the test camera shows them (``streams.testvideo.LabelledVideo``: each image
-scaled to 480 px and centred in a 640×480 frame, held ``hold`` frames), sends
+scaled to the frame height, 480 px by default, and centred in a 4:3 frame, held
+``hold`` frames), sends
 the video through ``streams.codec.vp8_roundtrip`` at ``kbps``, and records
 every exit's softmax, through the runtime's own preprocessing, on one decoded
 frame per image (a seeded random one of its ``hold``: the analyser takes
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 def codec_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, kbps: float, hold: int = 3,
-                 seed: int = 0, progress_every: int = 500) -> np.ndarray:
+                 seed: int = 0, progress_every: int = 500, height: int = 480) -> np.ndarray:
     """(N, exits, classes) softmax of every exit on one VP8-coded frame of each image."""
     pick = np.random.default_rng(seed).integers(0, hold, len(images))
     probs = np.empty((len(images), rt.num_exits, len(rt.class_names)), np.float32)
@@ -41,7 +42,7 @@ def codec_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, kbps:
     t0 = time.perf_counter()
     for start in range(0, len(images), chunk):
         part = slice(start, min(start + chunk, len(images)))
-        video = LabelledVideo(images[part], labels[part], hold=hold)
+        video = LabelledVideo(images[part], labels[part], hold=hold, width=height * 4 // 3, height=height)
         for j, rgb in enumerate(vp8_roundtrip(video.frames(), kbps)):
             i, offset = start + j // hold, j % hold
             if offset != pick[i]:
@@ -57,7 +58,7 @@ def codec_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, kbps:
 
 
 def write_codec_traces(folder: Path, data: Path, kbps: float, hold: int = 3, seed: int = 0,
-                       splits: tuple[str, ...] = ("calibration", "test")) -> dict[str, TraceSpec]:
+                       splits: tuple[str, ...] = ("calibration", "test"), height: int = 480) -> dict[str, TraceSpec]:
     """Write ``traces_<split>-vp8.npz`` beside the model for each split and list them in its manifest."""
     rt = ModelRuntime.load(folder, providers=("cpu",), threads=0, warmup=1)
     manifest = read_manifest(folder)
@@ -69,13 +70,13 @@ def write_codec_traces(folder: Path, data: Path, kbps: float, hold: int = 3, see
                                     f"--out {data}'")
         with np.load(src) as z:
             images, labels = z["images"], z["labels"]
-        log.info("%s: %d images through VP8 at %g kbps, %d frames each", split, len(images), kbps, hold)
-        probs = codec_traces(rt, images, labels, kbps, hold, seed)
+        log.info("%s: %d images through VP8 at %g kbps, %dp, %d frames each", split, len(images), kbps, height, hold)
+        probs = codec_traces(rt, images, labels, kbps, hold, seed, height=height)
         name = split + CODEC_SUFFIX
         path = folder / f"traces_{name}.npz"
         np.savez_compressed(path, probs=probs, labels=labels, class_names=np.asarray(rt.class_names),
                             codec=json.dumps({"codec": "vp8", "kbps": kbps, "hold": hold, "seed": seed,
-                                              "source": src.name}))
+                                              "height": height, "source": src.name}))
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
         written[name] = TraceSpec(file=path.name, sha256=sha, count=len(labels))
         acc = (probs.argmax(-1) == labels[:, None]).mean(axis=0)

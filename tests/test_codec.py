@@ -57,14 +57,15 @@ def test_codec_traces_are_listed_and_the_policy_is_fitted_on_them(tiny_model_fol
         trace_names(read_manifest(folder), "vp8")
     assert trace_names(read_manifest(folder)) == ("calibration", "test")  # auto: clean until coded ones exist
 
-    written = write_codec_traces(folder, demo_data_dir, 250.0)
+    written = write_codec_traces(folder, demo_data_dir, 250.0, height=240)
     manifest = read_manifest(folder)  # still valid, sha256 of each new file checked
     assert set(written) == {"calibration-vp8", "test-vp8"} <= set(manifest.traces)
     with np.load(folder / "traces_calibration-vp8.npz") as z, np.load(folder / "traces_calibration.npz") as clean:
         assert z["probs"].shape == clean["probs"].shape and np.array_equal(z["labels"], clean["labels"])
         np.testing.assert_allclose(z["probs"].sum(-1), 1.0, atol=1e-4)
         assert np.abs(z["probs"] - clean["probs"]).max() > 1e-5  # other pixels, other outputs (an untrained model)
-        assert json.loads(str(z["codec"]))["kbps"] == 250.0
+        codec = json.loads(str(z["codec"]))
+        assert codec["kbps"] == 250.0 and codec["height"] == 240
 
     info = fit_policy(folder, bins=4, target_accuracy=0.05)
     assert info["calibration_traces"] == "calibration-vp8"
