@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from models.fit import FittedChain, build_policy
+from models.fit import LAM_GRID, FittedChain, build_policy
 from models.policies import (
     BudgetGreedy,
     ConfidenceThreshold,
@@ -66,10 +66,12 @@ def prophet(probs: np.ndarray, labels: np.ndarray, cost: np.ndarray, horizon: in
     return _score("prophet", None, horizon, probs, labels, np.cumsum(cost), first + 1, first)
 
 
-DEFAULT_THRESHOLDS = tuple(float(t) for t in np.concatenate([np.linspace(0.3, 0.9, 13), [0.93, 0.95, 0.97, 0.98,
-                                                                                             0.99, 0.995, 0.999]]))
-DEFAULT_ENTROPIES = tuple(float(t) for t in np.concatenate([[0.005, 0.01, 0.02, 0.04], np.linspace(0.06, 0.7, 17)]))
-DEFAULT_LAMS = tuple(float(r / (1 + r)) for r in np.logspace(-2, 3, 31))
+# Each policy's knob is swept over about 60 values, denser where the fronts bend (high confidence, small
+# entropy), so that no policy's front looks worse for want of points; lam uses fit-policy's own grid.
+DEFAULT_THRESHOLDS = tuple(float(t) for t in np.concatenate([np.linspace(0.3, 0.9, 31),
+                                                             1 - np.geomspace(0.09, 0.001, 30)]))
+DEFAULT_ENTROPIES = tuple(float(t) for t in np.geomspace(0.001, 0.7, 61))
+DEFAULT_LAMS = LAM_GRID
 
 
 def sweep(chain: FittedChain, probs: np.ndarray, labels: np.ndarray, horizon: int,
