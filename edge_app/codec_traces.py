@@ -32,7 +32,6 @@ from streams.testvideo import LabelledVideo
 log = logging.getLogger(__name__)
 
 
-
 def codec_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, kbps: float, hold: int = 3,
                  seed: int = 0, progress_every: int = 500, height: int = 480) -> np.ndarray:
     """(N, exits, classes) softmax of every exit on one VP8-coded frame of each image."""
@@ -47,10 +46,7 @@ def codec_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, kbps:
             i, offset = start + j // hold, j % hold
             if offset != pick[i]:
                 continue
-            run = rt.start(rt.preprocess(rgb), record=False)
-            while not run.done:
-                res = run.advance()
-                probs[i, res.exit_index] = res.probs
+            probs[i] = rt.all_exits(rgb)
             if (i + 1) % progress_every == 0:
                 log.info("%d of %d images coded and analysed (%.0f s)", i + 1, len(images),
                          time.perf_counter() - t0)

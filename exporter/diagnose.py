@@ -68,12 +68,7 @@ def seen_vs_unseen(folder: Path, cache: Path, count: int = 2000, seed: int = 1) 
     lines = [f"{'digits':<28} {'frames':>6}  " + "  ".join(f"exit {k + 1:>2}" for k in range(rt.num_exits))]
     for title, digit_split in (("seen in training", "train"), ("unseen (the test share)", "test")):
         split = make_split("test", count, digits, seed=seed, digit_split=digit_split)
-        probs = np.empty((count, rt.num_exits, len(rt.class_names)))
-        for i, img in enumerate(split.images):
-            run = rt.start(rt.preprocess(img), record=False)
-            while not run.done:
-                res = run.advance()
-                probs[i, res.exit_index] = res.probs
+        probs = np.stack([rt.all_exits(img) for img in split.images])
         has_digit = split.labels != NO_DIGIT
         acc = _accuracy(probs[has_digit], split.labels[has_digit])
         lines.append(f"{title:<28} {has_digit.sum():>6}  " + "  ".join(f"{a:7.2%}" for a in acc))

@@ -150,6 +150,16 @@ class ModelRuntime:
         """Begin a frame; ``x`` is the preprocessed (1, 3, h, w) input."""
         return InferenceRun(self, x, record)
 
+    def all_exits(self, frame_rgb: np.ndarray) -> np.ndarray:
+        """(exits, classes) softmax of every exit on one (H, W, 3) uint8 RGB frame, pre-processed as live
+        frames are; offline work (traces, diagnosis): not recorded in the running cost estimates."""
+        run = self.start(self.preprocess(frame_rgb), record=False)
+        out = np.empty((self.num_exits, len(self.class_names)), np.float32)
+        while not run.done:
+            res = run.advance()
+            out[res.exit_index] = res.probs
+        return out
+
 
 def _check_signature(path: Path, sess: ort.InferenceSession, input_name: str, input_shape: list[int],
                      outputs: Sequence[object]) -> None:
