@@ -78,8 +78,10 @@ LOW_WINDOW_S = 10.0
 
 class RttEstimator:
     def __init__(self, prior_ms: float, alpha: float = 0.3, window: int = 16, lookahead_s: float = 1.0,
-                 min_ms: float = 0.1, max_ms: float = 10_000.0, low_window_s: float = LOW_WINDOW_S) -> None:
+                 min_ms: float = 0.1, max_ms: float = 10_000.0, low_window_s: float = LOW_WINDOW_S,
+                 fall_confirm: int = 4) -> None:
         self.prior_ms = prior_ms
+        self.fall_confirm = max(fall_confirm, 2)  # samples in a row below the average that make a fall real
         self._ewma = _Ewma(alpha)
         self.lookahead_s = lookahead_s
         self.min_ms, self.max_ms = min_ms, max_ms
@@ -96,6 +98,10 @@ class RttEstimator:
             confirmed = min(self._samples[-1][1], self._samples[-2][1])
             if self._ewma.value is not None and confirmed > self._ewma.value:
                 self._ewma.value = confirmed
+        if len(self._samples) >= self.fall_confirm:  # a fall seen fall_confirm times in a row is real too,
+            recent = [v for _, v in list(self._samples)[-self.fall_confirm:]]  # to the highest of those samples
+            if self._ewma.value is not None and max(recent) < self._ewma.value:
+                self._ewma.value = max(recent)
 
     @property
     def has_samples(self) -> bool:
