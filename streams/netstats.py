@@ -20,6 +20,7 @@ retransmission) is seen when it arrives, not a round trip later.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 
@@ -99,9 +100,9 @@ class RttEstimator:
             if self._ewma.value is not None and confirmed > self._ewma.value:
                 self._ewma.value = confirmed
         if len(self._samples) >= self.fall_confirm:  # a fall seen fall_confirm times in a row is real too,
-            recent = [v for _, v in list(self._samples)[-self.fall_confirm:]]  # to the highest of those samples
-            if self._ewma.value is not None and max(recent) < self._ewma.value:
-                self._ewma.value = max(recent)
+            highest = max(v for _, v in itertools.islice(reversed(self._samples), self.fall_confirm))
+            if self._ewma.value is not None and highest < self._ewma.value:  # to the highest of those samples
+                self._ewma.value = highest
 
     @property
     def has_samples(self) -> bool:

@@ -220,8 +220,11 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
     good = [f for f in frames if f.applied_rtt_ms <= good_rtt + 1e-6]
     bad = [f for f in frames if f.applied_rtt_ms > good_rtt + 1e-6]
     after = [f for f in frames if any(w <= f.t_s < w + 1.0 for w in trace.worsenings())]
-    recovering = [f for f in good if any(r <= f.t_s < r + RECOVERY_S for r in trace.recoveries())]
-    settled = [f for f in good if not any(r <= f.t_s < r + RECOVERY_S for r in trace.recoveries())]
+    recoveries = trace.recoveries()
+    recovering: list[FrameRecord] = []
+    settled: list[FrameRecord] = []
+    for f in good:
+        (recovering if any(r <= f.t_s < r + RECOVERY_S for r in recoveries) else settled).append(f)
     res = np.array([f.to_result_ms for f in frames])
     disp = np.array([f.to_display_ms for f in frames if f.to_display_ms is not None])
 
