@@ -42,10 +42,13 @@ def test_bad_traces_name_the_row_and_column(text: str, message: str) -> None:
 
 def test_shipped_traces_load_by_name(tmp_path: Path) -> None:
     names = sorted(p.stem for p in TRACES.glob("*.csv"))
-    assert {"steady", "step", "bursty", "drift", "short-step"} <= set(names)
+    assert {"steady", "step", "bursty", "bursty-lossy", "drift", "short-step"} <= set(names)
     step = load_trace("step")
     assert [s.rtt_ms for s in step.steps] == [20, 150, 20] and step.duration_s == 60
     assert load_trace("bursty").worsenings() == [10, 20, 30, 40]
+    bursty, lossy = load_trace("bursty"), load_trace("bursty-lossy")
+    assert [s.rtt_ms for s in bursty.steps] == [s.rtt_ms for s in lossy.steps]
+    assert max(s.loss_pct for s in bursty.steps) == 0 and max(s.loss_pct for s in lossy.steps) == 2
     with pytest.raises(TraceError, match=r"no such trace file.*shipped traces: bursty"):
         load_trace(tmp_path / "missing.csv")
 
