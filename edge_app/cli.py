@@ -242,8 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "
                                               "(root: network namespaces)")
     nb.add_argument("--trace", action="append", default=None,
-                    help="trace CSV or shipped name (steady, step, bursty, bursty-lossy, drift, short-step), or loopback (this "
-                         "machine, no namespaces or bridge); repeatable (default: step and bursty)")
+                    help="trace CSV or shipped name (steady, step, bursty, bursty-lossy, drift, short-step), "
+                         "or loopback (this machine, no namespaces or bridge); repeatable (default: step and bursty)")
     nb.add_argument("--policy", action="append", default=None, help="policy to run, repeatable (default: all five)")
     nb.add_argument("--total-budget-ms", type=float, default=300.0, help="the deadline, stamping to result")
     nb.add_argument("--safety-margin-ms", type=float, default=40.0,
