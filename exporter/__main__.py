@@ -5,6 +5,7 @@
     python -m exporter export --checkpoint build/vgg.pt --data data/demo --out models/default
     python -m exporter all    --out models/default          # the three in a row
     python -m exporter diagnose --model models/default      # where the final exit loses accuracy
+    python -m exporter recover --model models/default --out build/default.pt  # fine-tune it further (--init)
 
 ``--data`` may also be a torchvision ImageFolder root with ``train/``,
 ``calibration/`` and ``test/`` sub-folders (each ``CLASS_NAME/*.jpg``).
@@ -64,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--data", type=Path, default=Path("data/demo"))
     g.add_argument("--cache", type=Path, default=Path("data/cache"))
     g.add_argument("--count", type=int, default=2000, help="fresh frames drawn for each of seen / unseen digits")
+    r = sub.add_parser("recover", help="rebuild a trainable checkpoint from a model folder (to fine-tune it)")
+    r.add_argument("--model", type=Path, default=Path("models/default"))
+    r.add_argument("--data", type=Path, default=Path("data/demo"),
+                   help="frames whose statistics set the batch norms (its train split, else its calibration split)")
+    r.add_argument("--out", type=Path, default=Path("build/recovered.pt"))
     return ap
 
 
@@ -86,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from exporter import pipeline  # torch is imported only once a command runs
 
+    if args.cmd == "recover":
+        return _recover(args.model, args.data, args.out)
+
     try:
         if args.cmd in ("data", "all"):
             counts = None
@@ -101,6 +110,27 @@ def main(argv: list[str] | None = None) -> int:
     except pipeline.ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _recover(model: Path, data: Path, out: Path) -> int:
+    from exporter import pipeline
+    from exporter.recover import RecoverError, arch_from_manifest, recover_checkpoint
+
+    try:
+        import json
+
+        spec = arch_from_manifest(json.loads((model / "manifest.json").read_text()))
+        size = spec.input_size
+        split = "train" if (data / "train.npz").is_file() or (data / "train").is_dir() else "calibration"
+        frames, _, source = pipeline.load_dataset(data, split, size)
+        _, err = recover_checkpoint(model, frames, out)
+    except (OSError, ValueError, KeyError, RecoverError, pipeline.ExportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {model}'s weights, batch norms from {source}; max |recovered - ONNX Runtime| = {err:.2e}")
+    print(f"fine-tune it with: python -m exporter train --init {out} --config {spec.config} --width {spec.width:g} "
+          f"--epochs N --lr LR --out build/next.pt")
     return 0
 
 
