@@ -255,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "one); off: the model at this CPU's real speed")
     nb.add_argument("--lead", type=float, default=8.0,
                     help="seconds from the app listening to the trace starting (browser start, connection, settling)")
+    nb.add_argument("--video-images", type=_positive_int, default=600,
+                    help="demo test images in the fake camera's video, 3 frames each (fewer: a noisier accuracy)")
     nb.add_argument("--out", type=Path, default=Path("artifacts/bench-network"))
     nb.add_argument("--retabulate", action="store_true",
                     help="only redo tables and plots from the per-frame CSVs already under --out")
@@ -276,6 +278,16 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
         return 2
     print(f"report.json, sessions.png and the server log under {args.out}/")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1")
+    return value
 
 
 def _segment_ms(text: str) -> tuple[float, float, float] | None:
@@ -300,7 +312,7 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
         print(f"error: unknown --policy {unknown}; choose from {list(POLICIES)}", file=sys.stderr)
         return 2
     opts = BenchOptions(total_budget_ms=args.total_budget_ms, safety_margin_ms=args.safety_margin_ms,
-                        segment_ms=args.segment_ms, lead_s=args.lead)
+                        segment_ms=args.segment_ms, lead_s=args.lead, video_images=args.video_images)
     traces = args.trace or ["step", "bursty"]
     if args.retabulate:
         from edge_app.netbench.bench import retabulate
