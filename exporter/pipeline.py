@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from exporter import demo_data
 from exporter.datasets import demo_split_dataset, image_folder_dataset
-from exporter.train import TrainConfig, evaluate, train
+from exporter.train import EpochStats, TrainConfig, evaluate, train
 from exporter.vgg import ArchSpec, ThreeExitVGG
 
 log = logging.getLogger(__name__)
@@ -85,21 +85,32 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
              arch.width, source, len(ds),  # type: ignore[arg-type]
              [round(f, 3) for f in model.backbone_fractions[:2]])
     t0 = time.perf_counter()
-    result = train(model, ds, opts.train, progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "arch": dataclasses.asdict(arch),
-        "state_dict": model.state_dict(),
-        "class_names": names,
-        "train_config": dataclasses.asdict(opts.train),
-        "history": history + [dataclasses.asdict(h) for h in result.history],
-        "train_seconds": seconds + time.perf_counter() - t0,
-        "dataset": source,
-        "lineage": [*lineage, {"dataset": source, "epochs": opts.train.epochs, "lr": opts.train.lr,
-                                "fine_tuned_from": str(init) if init else None}],
-        "torch_version": torch.__version__,
-        "host": platform.node(),
-    }, out)
+    step = {"dataset": source, "epochs": opts.train.epochs, "lr": opts.train.lr,
+            "fine_tuned_from": str(init) if init else None}
+
+    def save(net: ThreeExitVGG, done: list[EpochStats]) -> None:
+        """Written after every epoch (atomically: a reader never sees half a file), so nothing trained is lost."""
+        partial = {"epochs_completed": len(done)} if len(done) < opts.train.epochs else {}
+        payload = {
+            "arch": dataclasses.asdict(arch),
+            "state_dict": net.state_dict(),
+            "class_names": names,
+            "train_config": dataclasses.asdict(opts.train),
+            "history": history + [dataclasses.asdict(h) for h in done],
+            "train_seconds": seconds + time.perf_counter() - t0,
+            "dataset": source,
+            "lineage": [*lineage, {**step, **partial}],
+            "torch_version": torch.__version__,
+            "host": platform.node(),
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".partial")
+        torch.save(payload, tmp)
+        tmp.replace(out)
+        if partial:
+            log.info("epoch %d of %d saved to %s", len(done), opts.train.epochs, out)
+
+    train(model, ds, opts.train, progress, on_epoch=save)  # the last epoch's save is the checkpoint
     log.info("saved checkpoint %s", out)
     return model
 

@@ -69,8 +69,10 @@ def evaluate(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor
 
 
 def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]], cfg: TrainConfig,
-          progress: Callable[[str], None] = print) -> TrainResult:
-    """Train all exits jointly; ``progress`` gets one line per logging step and per epoch."""
+          progress: Callable[[str], None] = print,
+          on_epoch: Callable[[ThreeExitVGG, list[EpochStats]], None] | None = None) -> TrainResult:
+    """Train all exits jointly; ``progress`` gets one line per logging step and per epoch, ``on_epoch`` the model
+    (in train mode) and the epochs so far after each epoch (to save it, so an interrupted run keeps them)."""
     torch.manual_seed(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -106,5 +108,7 @@ def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]],
         stats = EpochStats(epoch, total / seen, [c / seen for c in correct], time.perf_counter() - t0)
         result.history.append(stats)
         log.info("epoch %d done: loss %.4f", epoch, stats.loss)
+        if on_epoch is not None:
+            on_epoch(model, result.history)
     model.eval()
     return result

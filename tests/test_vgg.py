@@ -93,3 +93,28 @@ def test_short_training_reduces_the_loss(demo_data_dir) -> None:  # type: ignore
     first, last = result.history[0].loss, result.history[-1].loss
     assert last < 0.9 * first, f"loss went {first:.3f} -> {last:.3f}"
     assert any("exit1=" in ln and "loss=" in ln for ln in lines), "progress shows loss and per-exit accuracy"
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_run_keeps_its_finished_epochs(demo_data_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from exporter.pipeline import TrainOptions, load_checkpoint, train_checkpoint
+
+    out = tmp_path / "vgg.pt"
+    opts = TrainOptions(ArchSpec(config="vgg11", width=0.125, input_size=96),
+                        TrainConfig(epochs=3, batch_size=32, max_steps=2, threads=2))
+
+    def stop_in_epoch_two(line: str) -> None:
+        if line.startswith("epoch 2/3"):
+            raise _Interrupted(line)
+
+    with pytest.raises(_Interrupted):
+        train_checkpoint(demo_data_dir, out, opts, progress=stop_in_epoch_two)
+    _, ckpt = load_checkpoint(out)
+    assert len(ckpt["history"]) == 1 and ckpt["lineage"][-1]["epochs_completed"] == 1
+    assert not out.with_name(out.name + ".partial").exists()
+    train_checkpoint(demo_data_dir, out, opts, progress=lambda _: None)
+    _, ckpt = load_checkpoint(out)
+    assert len(ckpt["history"]) == 3 and "epochs_completed" not in ckpt["lineage"][-1]
