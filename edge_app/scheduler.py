@@ -39,7 +39,7 @@ class FrameDecision:
 
 
 class FrameScheduler:
-    def __init__(self, runtime: ModelRuntime, policy: ExitPolicy, max_depth_step: int = 1,
+    def __init__(self, runtime: ModelRuntime, policy: ExitPolicy, max_depth_step: int | None = None,
                  truncate: bool = True) -> None:
         self.runtime = runtime
         self.truncate = truncate  # False: a baseline that starts every exit its policy wants, deadline or not

@@ -54,14 +54,16 @@ class TemporalSmoother:
         return Smoothed(state, self._label, float(state[self._label]), changed)
 
 
-def depth_window(previous_exit: int | None, horizon: int, n_exits: int, max_step: int = 1) -> tuple[int, int]:
+def depth_window(previous_exit: int | None, horizon: int, n_exits: int, max_step: int | None = 1
+                 ) -> tuple[int, int]:
     """(earliest exit the policy may stop at, latest exit allowed), 1-based.
 
-    The depth may rise or fall by ``max_step`` per frame; the deadline's
-    ``horizon`` caps the latest exit and overrides the fall limit.
+    The depth may rise or fall by ``max_step`` per frame (``None``: any
+    amount); the deadline's ``horizon`` caps the latest exit and overrides
+    the fall limit.
     """
     hi = min(horizon, n_exits)
-    if previous_exit is None:
+    if previous_exit is None or max_step is None:
         return 1, hi
     hi = min(hi, previous_exit + max_step)
     lo = min(max(1, previous_exit - max_step), hi)

@@ -43,6 +43,7 @@ def test_depth_moves_step_by_step_but_the_deadline_wins() -> None:
     assert depth_window(1, 3, 3) == (1, 2)
     assert depth_window(3, 3, 3) == (2, 3)
     assert depth_window(3, 1, 3) == (1, 1), "a tight deadline overrides the fall limit"
+    assert depth_window(1, 3, 3, None) == (1, 3) and depth_window(3, 2, 3, None) == (1, 2), "no limit: the horizon"
 
 
 def test_flicker_stats() -> None:
