@@ -172,8 +172,8 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     np.savez(demo, images=demo_test_split[0], labels=demo_test_split[1])
 
     trace = load_trace("short-step")  # 20 ms RTT, 150 ms from t=10 s, 20 ms from t=22 s, ends at 32 s
-    opts = BenchOptions(lead_s=10.0, video_npz=demo)
-    camera, _ = camera_video(demo, tmp_path)
+    opts = BenchOptions(lead_s=10.0, video_npz=demo, video_images=150)  # RTT and depth, not accuracy: a short video
+    camera, _ = camera_video(demo, tmp_path, opts.video_images)
     with netns.namespaces() as ns:
         summary = run_one(ns, Path(trace.name), trace, "dynamic-index", opts, tmp_path / "run", camera)
     import csv
