@@ -115,17 +115,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _recover(model: Path, data: Path, out: Path) -> int:
     from exporter import pipeline
-    from exporter.recover import RecoverError, arch_from_manifest, recover_checkpoint
+    from exporter.recover import RecoverError, read_model_folder, recover_checkpoint
 
     try:
-        import json
-
-        spec = arch_from_manifest(json.loads((model / "manifest.json").read_text()))
-        size = spec.input_size
-        split = "train" if (data / "train.npz").is_file() or (data / "train").is_dir() else "calibration"
-        frames, _, source = pipeline.load_dataset(data, split, size)
-        _, err = recover_checkpoint(model, frames, out)
-    except (OSError, ValueError, KeyError, RecoverError, pipeline.ExportError) as exc:
+        folder = read_model_folder(model)
+        spec = folder[1]
+        try:
+            frames, _, source = pipeline.load_dataset(data, "train", spec.input_size)
+        except pipeline.ExportError:  # a folder with only calibration / test frames will do for the statistics
+            frames, _, source = pipeline.load_dataset(data, "calibration", spec.input_size)
+        _, err = recover_checkpoint(model, frames, out, folder)
+    except (OSError, RecoverError, pipeline.ExportError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out}: {model}'s weights, batch norms from {source}; max |recovered - ONNX Runtime| = {err:.2e}")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import logging
 import platform
 from pathlib import Path
@@ -32,12 +31,15 @@ from typing import Any
 import numpy as np
 import onnx
 import torch
+from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from exporter.onnx_export import ParityError, check_parity, cpu_sessions
 from exporter.vgg import ArchSpec, ThreeExitVGG
+from models.errors import ModelFolderError
+from models.manifest import Manifest, read_manifest, verify_file
 
 log = logging.getLogger(__name__)
 
@@ -49,25 +51,36 @@ class RecoverError(RuntimeError):
     """The model folder cannot be turned back into a checkpoint (which file, what is wrong)."""
 
 
-def arch_from_manifest(manifest: dict[str, Any]) -> ArchSpec:
-    a = manifest["architecture"]
-    if a.get("family") != "three-exit VGG" or not a.get("batch_norm", False):
-        raise RecoverError(f"architecture {a.get('family')!r} (batch_norm={a.get('batch_norm')}) is not this "
-                           "exporter's three-exit VGG with batch norm")
-    return ArchSpec(config=a["config"], width=float(a["width"]), input_size=int(a["input_size"]),
-                    num_classes=len(manifest["class_names"]), exit_fractions=tuple(a["exit_fractions_target"]),
-                    final_hidden=int(a["final_hidden"]), dropout=float(a["dropout"]))
+def read_model_folder(folder: Path) -> tuple[Manifest, ArchSpec]:
+    """The folder's validated manifest and the architecture it records (errors name the file)."""
+    try:
+        manifest = read_manifest(folder)
+    except ModelFolderError as exc:
+        raise RecoverError(str(exc)) from exc
+    a = manifest.architecture
+    try:
+        if a.get("family") != "three-exit VGG" or not a.get("batch_norm", False):
+            raise RecoverError(f"{folder / 'manifest.json'}: architecture {a.get('family')!r} (batch_norm="
+                               f"{a.get('batch_norm')}) is not this exporter's three-exit VGG with batch norm")
+        spec = ArchSpec(config=a["config"], width=float(a["width"]), input_size=int(a["input_size"]),
+                        num_classes=len(manifest.class_names), exit_fractions=tuple(a["exit_fractions_target"]),
+                        final_hidden=int(a["final_hidden"]), dropout=float(a["dropout"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise RecoverError(f"{folder / 'manifest.json'}: cannot rebuild the architecture ({exc!r})") from exc
+    return manifest, spec
 
 
-def _load_folded_weights(model: ThreeExitVGG, folder: Path, files: list[str]) -> list[nn.BatchNorm2d]:
+def _load_folded_weights(model: ThreeExitVGG, folder: Path, manifest: Manifest) -> list[nn.BatchNorm2d]:
     """Copy every conv / linear parameter from the ONNX initializers; return the batch norms they fold."""
     folded: list[nn.BatchNorm2d] = []
-    for k, (segment, file) in enumerate(zip(model.segments, files, strict=True)):
-        path = folder / file
+    for k, (segment, spec) in enumerate(zip(model.segments, manifest.exits, strict=True)):
         try:
+            path = verify_file(folder, spec.file, spec.sha256)  # present and unchanged, as the runtime checks
             graph = onnx.load(str(path)).graph
-        except Exception as exc:  # onnx raises DecodeError and others from protobuf; all mean "not a model"
-            raise RecoverError(f"{path}: not a readable ONNX model ({exc})") from exc
+        except ModelFolderError as exc:
+            raise RecoverError(str(exc)) from exc
+        except (OSError, DecodeError) as exc:
+            raise RecoverError(f"{folder / spec.file}: not a readable ONNX model ({exc})") from exc
         weights = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
         modules = dict(segment.named_modules())
         for name, module in modules.items():
@@ -126,45 +139,41 @@ def _set_identity_batch_norms(model: ThreeExitVGG, norms: list[nn.BatchNorm2d], 
         bn.bias.copy_(m1)
 
 
-def check_recovered(model: ThreeExitVGG, folder: Path, files: list[str], data: Dataset[Any], frames: int = 32
+def check_recovered(model: ThreeExitVGG, folder: Path, manifest: Manifest, data: Dataset[Any], frames: int = 32
                     ) -> float:
     """Largest difference between the recovered network (eval) and ONNX Runtime, segment by segment, on the first
     ``frames`` frames of ``data``; raises :class:`RecoverError` past the export's own parity tolerance."""
     x = torch.stack([data[i][0] for i in range(min(frames, len(data)))])  # type: ignore[arg-type]
     model.eval()
     try:
-        return check_parity(model, cpu_sessions([folder / f for f in files]), x)
+        return check_parity(model, cpu_sessions([folder / e.file for e in manifest.exits]), x)
     except ParityError as exc:
         raise RecoverError(f"the recovered network does not compute what {folder}'s ONNX segments compute ({exc}); "
                            "the export may use other layers than this exporter") from exc
 
 
-def recover_checkpoint(folder: Path, data: Dataset[Any], out: Path) -> tuple[ThreeExitVGG, float]:
+def recover_checkpoint(folder: Path, data: Dataset[Any], out: Path,
+                       model_folder: tuple[Manifest, ArchSpec] | None = None) -> tuple[ThreeExitVGG, float]:
     """Write a checkpoint that ``python -m exporter train --init`` and ``export`` accept; returns it and the
-    parity error against ONNX Runtime."""
-    manifest_path = folder / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-        spec = arch_from_manifest(manifest)
-        files = [e["file"] for e in manifest["exits"]]
-    except (OSError, KeyError, TypeError, ValueError) as exc:
-        raise RecoverError(f"{manifest_path}: cannot read the architecture ({exc})") from exc
+    parity error against ONNX Runtime.  ``model_folder``: what :func:`read_model_folder` returned, if the caller
+    has read it already."""
+    manifest, spec = model_folder or read_model_folder(folder)
     model = ThreeExitVGG(spec)
-    norms = _load_folded_weights(model, folder, files)
+    norms = _load_folded_weights(model, folder, manifest)
     stats = Subset(data, range(min(STAT_FRAMES, len(data))))  # type: ignore[arg-type]
     _set_identity_batch_norms(model, norms, stats)
-    err = check_recovered(model, folder, files, data)
-    prov = manifest.get("provenance", {})
+    err = check_recovered(model, folder, manifest, data)
+    prov = manifest.provenance
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save({
         "arch": dataclasses.asdict(spec),
         "state_dict": model.state_dict(),
-        "class_names": list(manifest["class_names"]),
+        "class_names": list(manifest.class_names),
         "train_config": prov.get("train_config", {}),
         "history": prov.get("history", []),
         "train_seconds": float(prov.get("train_seconds", 0.0)),
         "dataset": prov.get("dataset", f"recovered:{folder}"),
-        "lineage": [*prov.get("lineage", []), {"recovered_from": str(folder), "manifest_name": manifest.get("name"),
+        "lineage": [*prov.get("lineage", []), {"recovered_from": str(folder), "manifest_name": manifest.name,
                                                "batch_norm_stats_frames": len(stats)}],
         "torch_version": torch.__version__,
         "host": platform.node(),
