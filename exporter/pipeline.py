@@ -127,6 +127,26 @@ def load_checkpoint(path: Path) -> tuple[ThreeExitVGG, dict[str, Any]]:
     return model, ckpt
 
 
+def score_checkpoints(paths: list[Path], data_root: Path, splits: tuple[str, ...] = ("calibration", "test")
+                      ) -> str:
+    """A table of each checkpoint's per-exit accuracy on ``splits`` (eager PyTorch, eval mode): what decides which
+    of several candidates to export (choose on the calibration split; the test split is reported, not chosen on)."""
+    models = [(p, *load_checkpoint(p)) for p in paths]
+    sizes = sorted({m.spec.input_size for _, m, _ in models})
+    if len(sizes) != 1:
+        raise ExportError(f"the checkpoints take different input sizes {sizes}; score them one at a time")
+    lines = [f"{'checkpoint':<32} {'split':<12} {'epochs':>6}  " + "  ".join(f"exit {k + 1:>2}" for k in range(3))]
+    for split in splits:
+        data, names, _ = load_dataset(data_root, split, sizes[0])
+        for path, model, ckpt in models:
+            if names != ckpt["class_names"]:
+                raise ExportError(f"class names of {data_root} differ from {path}'s {ckpt['class_names']}")
+            acc, _, _ = evaluate(model, data)
+            lines.append(f"{path!s:<32} {split:<12} {len(ckpt['history']):>6}  "
+                         + "  ".join(f"{a:7.2%}" for a in acc))
+    return "\n".join(lines)
+
+
 def export_checkpoint(ckpt_path: Path, data_root: Path, out: Path) -> None:
     from exporter.onnx_export import export_model_folder
 

@@ -32,7 +32,7 @@ def test_no_digit_sample_is_in_two_splits(demo_digits: list[np.ndarray]) -> None
     assert all(((s.labels == demo_data.NO_DIGIT) == (s.digit_ids == -1)).all() for s in ids.values())
 
 
-@pytest.mark.parametrize("knob", ["TRAIN_CLUTTER_P", "TRAIN_RESHAPE_P"])
+@pytest.mark.parametrize("knob", ["TRAIN_CLUTTER_P", "TRAIN_RESHAPE_P", "TRAIN_OBJECTS_P"])
 def test_training_only_steps_touch_the_training_split_only(demo_digits: list[np.ndarray], knob: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     with_clutter = {s: demo_data.make_split(s, 40, demo_digits) for s in ("train", "test")}
@@ -41,6 +41,17 @@ def test_training_only_steps_touch_the_training_split_only(demo_digits: list[np.
     # test (and calibration) frames are drawn exactly as before, so accuracies across recipes compare
     assert np.array_equal(with_clutter["test"].images, without["test"].images)
     assert not np.array_equal(with_clutter["train"].images, without["train"].images)
+
+
+def test_every_listed_photo_loads() -> None:
+    for split, names in demo_data.BACKGROUND_SPLITS.items():
+        photos = demo_data.load_backgrounds(names)
+        assert all(p.ndim == 3 and p.shape[2] == 3 and min(p.shape[:2]) >= 96 for p in photos), split
+
+
+def test_a_missing_photo_is_named() -> None:
+    with pytest.raises(demo_data.DemoDataError, match=r"mpl:nope\.png is missing"):
+        demo_data.load_backgrounds(("mpl:nope.png",))
 
 
 def test_a_split_is_a_pure_function_of_its_seed(demo_digits: list[np.ndarray]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="needs the train extra")
@@ -65,3 +66,18 @@ def test_a_damaged_folder_is_named(tiny_model_folder: Path, demo_data_dir: Path,
     (broken / "manifest.json").write_text("{}")
     with pytest.raises(RecoverError, match=r"manifest\.json"):
         recover_checkpoint(broken, frames, tmp_path / "x.pt")
+
+
+def test_score_reads_each_exit_on_calibration_and_test(tiny_checkpoint: Path, tiny_model_folder: Path,
+                                                       demo_data_dir: Path) -> None:
+    from exporter.pipeline import ExportError, score_checkpoints
+
+    rows = [r.split() for r in score_checkpoints([tiny_checkpoint, tiny_checkpoint], demo_data_dir).splitlines()[1:]]
+    assert [r[1] for r in rows] == ["calibration", "calibration", "test", "test"]
+    for split in ("calibration", "test"):  # what the export traced, so the table and the model folder agree
+        with np.load(tiny_model_folder / f"traces_{split}.npz") as z:
+            acc = (z["probs"].argmax(-1) == z["labels"][:, None]).mean(axis=0)
+        row = next(r for r in rows if r[1] == split)
+        assert [float(v.rstrip("%")) for v in row[3:]] == pytest.approx(100 * acc, abs=0.01)
+    with pytest.raises(ExportError, match="does not exist"):
+        score_checkpoints([demo_data_dir / "none.pt"], demo_data_dir)
