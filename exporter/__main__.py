@@ -19,6 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
+from exporter.demo_data import RECIPE, RECIPES
 from exporter.vgg import VGG_CONFIGS
 
 log = logging.getLogger("exporter")
@@ -45,8 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--cache", type=Path, default=Path("data/cache"))
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--count", type=int, nargs=3, metavar=("TRAIN", "CALIB", "TEST"))
+    d.add_argument("--recipe", type=int, default=RECIPE, choices=RECIPES,
+                   help="how training frames are drawn (calibration and test never change): 2 clutter, 3 also "
+                        f"redrawn digits, 4 also round objects and more photos (default {RECIPE})")
     d.add_argument("--reshape-p", type=float, default=None,
-                   help="share of training digits redrawn (default 0.8; 0: the second recipe's training split)")
+                   help="override the share of training digits redrawn (recipe 3 and later: 0.8)")
     t = sub.add_parser("train", help="train jointly and save a checkpoint")
     t.add_argument("--data", type=Path, default=Path("data/demo"))
     t.add_argument("--out", type=Path, default=Path("build/vgg.pt"))
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, "count", None):
                 counts = dict(zip(("train", "calibration", "test"), args.count, strict=True))
             pipeline.build_data(args.data if args.cmd == "all" else args.out, args.cache, counts, args.seed,
-                                getattr(args, "reshape_p", None))
+                                getattr(args, "reshape_p", None), getattr(args, "recipe", RECIPE))
         if args.cmd in ("train", "all"):
             out = args.checkpoint if args.cmd == "all" else args.out
             pipeline.train_checkpoint(args.data, out, pipeline.train_options(args), init=args.init)

@@ -20,7 +20,9 @@ compare.
 Splits are disjoint both by source digit (per class, the first 70% of the
 package's samples train, the next 15% calibrate, the last 15% test) and by
 background photo (see ``BACKGROUND_SPLITS``).  The whole set is a pure
-function of the seed: ``python -m exporter data --out DIR`` rebuilds it.
+function of the seed, the counts and the recipe: ``python -m exporter data
+--out DIR`` rebuilds it, ``--recipe 2`` / ``--recipe 3`` an older training split
+exactly as it was drawn (``RECIPES``).
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ TRAIN_CLUTTER_P = 0.35
 TRAIN_RESHAPE_P = 0.8
 #: Share of training frames that get :func:`_round_objects` (fourth recipe); training split only.
 TRAIN_OBJECTS_P = 0.3
+#: The training recipes, each drawing its training split from the same seed (calibration and test never change):
+#: 2 clutter and the second photo set, 3 also redrawn digits, 4 also round objects and matplotlib's photos.
+RECIPES = (2, 3, 4)
+RECIPE = 4
 IMAGE_SIZE = 96
 
 
@@ -80,7 +86,7 @@ class DemoSplit:
     images: np.ndarray  # (N, H, W, 3) uint8 RGB
     labels: np.ndarray  # (N,) int64
     digit_ids: np.ndarray  # (N,) source digit index within its class, -1 for "no digit"
-    backgrounds: np.ndarray  # (N,) index into BACKGROUND_SPLITS[split]
+    backgrounds: np.ndarray  # (N,) index into background_names(split, recipe)
 
 
 def fetch_mnist(cache_dir: Path) -> Path:
@@ -287,17 +293,27 @@ def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+def background_names(split: str, recipe: int = RECIPE) -> tuple[str, ...]:
+    """The photos ``split`` draws from under ``recipe`` (matplotlib's joined the training set with the fourth)."""
+    names = BACKGROUND_SPLITS[split]
+    return names if recipe >= 4 else tuple(n for n in names if not n.startswith("mpl:"))
+
+
 def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
-               reshape_p: float | None = None, digit_split: str | None = None) -> DemoSplit:
-    """Build ``count`` samples of ``split``; about 1/11 of them are "no digit".  ``reshape_p`` (default
-    ``TRAIN_RESHAPE_P``) is the share of training digits redrawn; 0 draws the second recipe's split.
+               reshape_p: float | None = None, digit_split: str | None = None, recipe: int = RECIPE) -> DemoSplit:
+    """Build ``count`` samples of ``split``; about 1/11 of them are "no digit".  ``recipe`` (see ``RECIPES``) says
+    how training frames are drawn; an older recipe's split comes out exactly as that recipe drew it.
+    ``reshape_p`` overrides the share of training digits redrawn (``TRAIN_RESHAPE_P`` from recipe 3, else 0).
     ``digit_split`` draws the digits from another split's share, never redrawn (a diagnosis: frames of this
     split's photos, drawn the same way, with digits the model trained on)."""
-    reshape_p = TRAIN_RESHAPE_P if reshape_p is None else reshape_p
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe}; choose from {RECIPES}")
+    if reshape_p is None:
+        reshape_p = TRAIN_RESHAPE_P if recipe >= 3 else 0.0
     if split not in SPLITS or (digit_split is not None and digit_split not in SPLITS):
         raise ValueError(f"unknown split {split!r} / {digit_split!r}; choose from {SPLITS}")
     rng = np.random.default_rng([seed, SPLITS.index(split)])
-    photos = load_backgrounds(BACKGROUND_SPLITS[split])
+    photos = load_backgrounds(background_names(split, recipe))
     i = SPLITS.index(digit_split or split)
     lo_f, hi_f = sum(DIGIT_SPLIT_FRACTIONS[:i]), sum(DIGIT_SPLIT_FRACTIONS[: i + 1])
     images = np.empty((count, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
@@ -311,7 +327,7 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
             canvas = (1 - w) * canvas + w * _crop(rng, photos[rng.integers(0, len(photos))], IMAGE_SIZE)
         if split == "train" and rng.random() < TRAIN_CLUTTER_P:
             _clutter(rng, canvas)
-        if split == "train" and rng.random() < TRAIN_OBJECTS_P:
+        if split == "train" and recipe >= 4 and rng.random() < TRAIN_OBJECTS_P:
             _round_objects(rng, canvas)
         label = int(labels[n])
         if label == NO_DIGIT:
@@ -332,18 +348,18 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
 
 
 def build_demo_dataset(out_dir: Path, cache_dir: Path, counts: dict[str, int] | None = None,
-                       seed: int = 0, reshape_p: float | None = None) -> dict[str, Path]:
+                       seed: int = 0, reshape_p: float | None = None, recipe: int = RECIPE) -> dict[str, Path]:
     """Write ``{split}.npz`` for every split into ``out_dir`` and return their paths."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     digits = load_digits(fetch_mnist(cache_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split in SPLITS:
-        data = make_split(split, counts[split], digits, seed, reshape_p)
+        data = make_split(split, counts[split], digits, seed, reshape_p, recipe=recipe)
         path = out_dir / f"{split}.npz"
         np.savez_compressed(path, images=data.images, labels=data.labels, digit_ids=data.digit_ids,
                             backgrounds=data.backgrounds, class_names=np.array(CLASS_NAMES),
-                            seed=np.int64(seed))
+                            seed=np.int64(seed), recipe=np.int64(recipe))
         log.info("wrote %s (%d samples)", path, len(data.labels))
         paths[split] = path
     return paths

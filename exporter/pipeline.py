@@ -40,9 +40,9 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
 
 
 def build_data(out: Path, cache: Path, counts: dict[str, int] | None, seed: int,
-               reshape_p: float | None = None) -> None:
+               reshape_p: float | None = None, recipe: int = demo_data.RECIPE) -> None:
     try:
-        demo_data.build_demo_dataset(out, cache, counts, seed, reshape_p)
+        demo_data.build_demo_dataset(out, cache, counts, seed, reshape_p, recipe)
     except demo_data.DemoDataError as exc:
         raise ExportError(str(exc)) from exc
 

@@ -49,6 +49,21 @@ def test_every_listed_photo_loads() -> None:
         assert all(p.ndim == 3 and p.shape[2] == 3 and min(p.shape[:2]) >= 96 for p in photos), split
 
 
+def test_older_recipes_change_training_frames_only(demo_digits: list[np.ndarray]) -> None:
+    by_recipe = {r: {s: demo_data.make_split(s, 40, demo_digits, recipe=r) for s in demo_data.SPLITS}
+                 for r in demo_data.RECIPES}
+    for r in demo_data.RECIPES[:-1]:
+        for split in ("calibration", "test"):
+            assert np.array_equal(by_recipe[r][split].images, by_recipe[demo_data.RECIPE][split].images)
+        assert not np.array_equal(by_recipe[r]["train"].images, by_recipe[demo_data.RECIPE]["train"].images)
+        # matplotlib's photos joined with recipe 4; before it the training split drew from scikit-image's alone
+        skimage_only = len(demo_data.background_names("train", r))
+        assert skimage_only == sum(not n.startswith("mpl:") for n in demo_data.BACKGROUND_SPLITS["train"])
+        assert by_recipe[r]["train"].backgrounds.max() < skimage_only
+    with pytest.raises(ValueError, match="unknown recipe 5"):
+        demo_data.make_split("train", 1, demo_digits, recipe=5)
+
+
 def test_a_missing_photo_is_named() -> None:
     with pytest.raises(demo_data.DemoDataError, match=r"mpl:nope\.png is missing"):
         demo_data.load_backgrounds(("mpl:nope.png",))
