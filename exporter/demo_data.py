@@ -365,6 +365,12 @@ def build_demo_dataset(out_dir: Path, cache_dir: Path, counts: dict[str, int] | 
     return paths
 
 
+def split_recipe(path: Path) -> int | None:
+    """The recipe a written split was drawn with (None for a split written before splits recorded it)."""
+    with np.load(path) as z:
+        return int(z["recipe"]) if "recipe" in z.files else None
+
+
 def load_split(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Images (N, H, W, 3) uint8, labels (N,), class names of a written split."""
     try:

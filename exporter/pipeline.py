@@ -87,6 +87,8 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
     t0 = time.perf_counter()
     step = {"dataset": source, "epochs": opts.train.epochs, "lr": opts.train.lr,
             "fine_tuned_from": str(init) if init else None}
+    if source.startswith("demo:") and (recipe := demo_data.split_recipe(data_root / "train.npz")) is not None:
+        step["recipe"] = recipe  # how the demo frames were drawn (python -m exporter data --recipe N)
 
     def save(net: ThreeExitVGG, done: list[EpochStats]) -> None:
         """Written after every epoch (atomically: a reader never sees half a file), so nothing trained is lost."""

@@ -100,6 +100,7 @@ class _Interrupted(Exception):
 
 
 def test_an_interrupted_run_keeps_its_finished_epochs(demo_data_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from exporter.demo_data import RECIPE
     from exporter.pipeline import TrainOptions, load_checkpoint, train_checkpoint
 
     out = tmp_path / "vgg.pt"
@@ -118,3 +119,4 @@ def test_an_interrupted_run_keeps_its_finished_epochs(demo_data_dir, tmp_path) -
     train_checkpoint(demo_data_dir, out, opts, progress=lambda _: None)
     _, ckpt = load_checkpoint(out)
     assert len(ckpt["history"]) == 3 and "epochs_completed" not in ckpt["lineage"][-1]
+    assert ckpt["lineage"][-1]["recipe"] == RECIPE  # provenance: how the demo frames were drawn
