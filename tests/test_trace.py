@@ -119,3 +119,22 @@ def test_good_network_accuracy_is_split_at_each_recovery() -> None:
     assert s["accuracy_good"] == pytest.approx(4 / 5)
     row = recovery_table({"ours": s}).splitlines()[-1]
     assert row == "| ours | 2 | 50.0 | 0.50 | 1 | – | 100.0 | 2.67 | – |"  # heights not recorded: –
+
+
+def test_stage_latency_is_also_given_per_phase() -> None:
+    from edge_app.netbench.bench import FrameRecord, latency_table, summarise
+
+    step = load_trace("step")
+
+    def frame(t: float, rtt: float, to_server: float) -> FrameRecord:
+        return FrameRecord(t, 0, rtt, rtt, False, 100.0, 1, 1, 3, 25.0, 1, 1, 1, to_server + 60.0, None,
+                           to_server, 30.0, True)
+
+    # a policy that analyses more frames while the path is slow: its overall median comes from the bad phase
+    frames = [frame(5.0 + i, 20, 47.0) for i in range(2)] + [frame(25.0 + i, 150, 112.0) for i in range(3)]
+    s = summarise(frames, 0, step, 300.0)
+    assert s["to_server_p50_ms"] == 112.0
+    assert (s["to_server_p50_good_ms"], s["to_server_p50_bad_ms"]) == (47.0, 112.0)
+    assert s["server_p50_good_ms"] == s["server_p50_bad_ms"] == 30.0
+    row = latency_table({"greedy": {**s, "session_start_ms": None}}).splitlines()[-1]
+    assert row.startswith("| greedy | 112 (47 / 112) | 30 (30 / 30) |")
