@@ -129,9 +129,9 @@ def load_backgrounds(names: tuple[str, ...]) -> list[np.ndarray]:
     imgs = []
     for name in names:
         if name.startswith("mpl:"):
-            import matplotlib
+            from matplotlib.cbook import get_sample_data
 
-            path = Path(matplotlib.get_data_path()) / "sample_data" / name.removeprefix("mpl:")
+            path = Path(get_sample_data(name.removeprefix("mpl:"), asfileobj=False))
             img, where = cv2.imread(str(path), cv2.IMREAD_COLOR), str(path.parent)
         else:
             root = resources.files("skimage") / "data"
@@ -251,6 +251,7 @@ def _round_objects(rng: np.random.Generator, canvas: np.ndarray) -> None:
     thick rings, partial bands and discs with soft edges and a highlight, in frames of any class.  A model
     trained on thin clutter alone still read the thick bright rims of unseen cups as 0s, 6s and 7s."""
     size = canvas.shape[0]
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
     for _ in range(rng.integers(1, 3)):
         mask = np.zeros((size, size), np.float32)
         centre = tuple(int(v) for v in rng.integers(-size // 4, size + size // 4, 2))
@@ -261,7 +262,6 @@ def _round_objects(rng: np.random.Generator, canvas: np.ndarray) -> None:
         thick = -1 if rng.random() < 0.25 else int(rng.integers(3, 16))
         cv2.ellipse(mask, centre, axes, angle, start, start + span, 1.0, thick, cv2.LINE_AA)
         soft = cv2.GaussianBlur(mask, (0, 0), float(rng.uniform(0.5, 2.0)))
-        yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
         g = np.clip(0.5 + rng.uniform(-1, 1) * (xx - 0.5) + rng.uniform(-1, 1) * (yy - 0.5), 0, 1)[..., None]
         c1, c2 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
         shade = c1 * (1 - g) + c2 * g

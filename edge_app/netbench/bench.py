@@ -274,8 +274,8 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
         "to_server_p50_ms": pct(np.array([f.to_server_ms for f in frames]), 50),
         "server_p50_ms": pct(np.array([f.server_ms for f in frames]), 50),
         "downlink_p50_ms": pct(np.array([f.downlink_ms for f in frames]), 50),
-        # the same per phase: a policy that analyses more of its frames while the network is bad has an overall
-        # median from the bad phase (budget-greedy on step: 585 of 1,087), which is not a delay of its own
+        # the same per phase: a policy that analyses more of its frames while the network is bad (budget-greedy on
+        # step) has an overall median from the bad phase, which is not a delay of its own
         **{f"{key}_p50_{phase}_ms": pct(np.array([getattr(f, attr) for f in sel]), 50)
            for phase, sel in (("good", good), ("bad", bad))
            for key, attr in (("to_server", "to_server_ms"), ("server", "server_ms"), ("downlink", "downlink_ms"))},
