@@ -86,8 +86,11 @@ def test_emulated_slowdown_pads_each_segment_to_its_calibrated_cost(runtime: Mod
 def test_fixed_emulated_segment_times(runtime: ModelRuntime) -> None:
     fixed = ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=1, segment_ms=[6.0, 3.0, 9.0])
     x = runtime.preprocess(frame(4))
-    runs = np.array([FrameScheduler(fixed, FixedExit(3), 3).analyse(x, 1e6).segments_ms for _ in range(5)])
+    runs = np.array([FrameScheduler(fixed, FixedExit(3), 3).analyse(x, 1e6).segments_ms for _ in range(7)])
+    # Padding is a floor every call must reach.  Overshoot is the OS waking the sleeper late, which a
+    # busy machine stretches for many calls in a row (seen: 8.5 ms for a 3 ms pad in 4 of 5 calls), so
+    # the upper bound is on the quickest call: one padded twice would still be caught.
     assert np.all(runs >= 0.98 * np.array([6.0, 3.0, 9.0])), runs
-    assert np.all(np.median(runs, axis=0) < np.array([6.0, 3.0, 9.0]) + 5.0), runs
+    assert np.all(runs.min(axis=0) < np.array([6.0, 3.0, 9.0]) + 2.5), runs
     with pytest.raises(ValueError, match="segment_ms needs 3 positive times"):
         ModelRuntime.load(DEFAULT, providers=["cpu"], warmup=0, segment_ms=[6.0, 3.0])
