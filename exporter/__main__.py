@@ -5,6 +5,7 @@
     python -m exporter export --checkpoint build/vgg.pt --data data/demo --out models/default
     python -m exporter all    --out models/default          # the three in a row
     python -m exporter score  --checkpoint build/a.pt build/b.pt   # per-exit accuracy: pick one to export
+    python -m exporter average --checkpoint build/a.pt build/b.pt --out build/soup.pt  # weight average
     python -m exporter diagnose --model models/default      # where the final exit loses accuracy
     python -m exporter recover --model models/default --out build/default.pt  # fine-tune it further (--init)
 
@@ -62,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("score", help="per-exit accuracy of checkpoints on the calibration and test splits")
     c.add_argument("--checkpoint", type=Path, nargs="+", required=True)
     c.add_argument("--data", type=Path, default=Path("data/demo"))
+    v = sub.add_parser("average", help="average the weights of checkpoints fine-tuned from one start (a model soup)")
+    v.add_argument("--checkpoint", type=Path, nargs="+", required=True)
+    v.add_argument("--data", type=Path, default=Path("data/demo"),
+                   help="its train split's frames re-derive the batch norms' statistics")
+    v.add_argument("--out", type=Path, default=Path("build/soup.pt"))
     a = sub.add_parser("all", help="data, train and export in a row")
     a.add_argument("--data", type=Path, default=Path("data/demo"))
     a.add_argument("--cache", type=Path, default=Path("data/cache"))
@@ -106,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "score":
             print(pipeline.score_checkpoints(args.checkpoint, args.data))
+            return 0
+        if args.cmd == "average":
+            pipeline.average_checkpoints(args.checkpoint, args.data, args.out)
+            print(f"wrote {args.out}; compare it with its ingredients: python -m exporter score --checkpoint "
+                  f"{args.out} {' '.join(map(str, args.checkpoint))}")
             return 0
         if args.cmd in ("data", "all"):
             counts = None

@@ -86,7 +86,7 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
              [round(f, 3) for f in model.backbone_fractions[:2]])
     t0 = time.perf_counter()
     step = {"dataset": source, "epochs": opts.train.epochs, "lr": opts.train.lr,
-            "fine_tuned_from": str(init) if init else None}
+            "fine_tuned_from": str(init) if init else None, "seed": opts.train.seed}
     if source.startswith("demo:") and (recipe := demo_data.split_recipe(data_root / "train.npz")) is not None:
         step["recipe"] = recipe  # how the demo frames were drawn (python -m exporter data --recipe N)
 
@@ -172,3 +172,68 @@ def export_checkpoint(ckpt_path: Path, data_root: Path, out: Path) -> None:
     }
     export_model_folder(model, names, calib, test, out, provenance)
     log.info("model folder written: %s", json.dumps(str(out)))
+
+
+#: Training frames whose statistics set an averaged checkpoint's batch norms.
+AVERAGE_BN_FRAMES = 8192
+
+
+def average_checkpoints(paths: list[Path], data_root: Path, out: Path, bn_frames: int = AVERAGE_BN_FRAMES
+                        ) -> ThreeExitVGG:
+    """Average the weights of checkpoints fine-tuned from one starting point (a "model soup", Wortsman et al.
+    2022; stochastic weight averaging, Izmailov et al. 2018) and re-derive the batch norms' running statistics on
+    ``bn_frames`` frames of ``data_root``'s training split with :func:`torch.optim.swa_utils.update_bn` (averaged
+    weights do not produce the averaged statistics).  Weights only average into a good network when the
+    checkpoints lie in one basin, so they must share their first lineage step (where training started)."""
+    from torch.optim.swa_utils import update_bn
+    from torch.utils.data import DataLoader, Subset
+
+    if len(paths) < 2:
+        raise ExportError("averaging needs at least two checkpoints")
+    models = [(p, *load_checkpoint(p)) for p in paths]
+    first_path, first, first_ckpt = models[0]
+    for path, model, ckpt in models[1:]:
+        if model.spec != first.spec:
+            raise ExportError(f"{path} holds {model.spec}, {first_path} holds {first.spec}: only one architecture "
+                              "averages")
+        if ckpt["class_names"] != first_ckpt["class_names"]:
+            raise ExportError(f"{path} has classes {ckpt['class_names']}, {first_path} has "
+                              f"{first_ckpt['class_names']}")
+    lineages = [list(ckpt.get("lineage", [])) for _, _, ckpt in models]
+    shared = 0
+    while all(len(lin) > shared for lin in lineages) and all(lin[shared] == lineages[0][shared] for lin in lineages):
+        shared += 1
+    if shared == 0:
+        raise ExportError(f"{', '.join(map(str, paths))} share no training step (their lineages start apart): "
+                          "averaging the weights of unrelated networks gives a broken one; fine-tune each from "
+                          "one checkpoint (python -m exporter train --init) before averaging")
+    soup = ThreeExitVGG(first.spec)
+    states = [model.state_dict() for _, model, _ in models]
+    mean = {k: (torch.stack([s[k] for s in states]).mean(0) if v.is_floating_point() else v)
+            for k, v in states[0].items()}
+    soup.load_state_dict(mean)
+    frames, _, source = load_dataset(data_root, "train", first.spec.input_size)
+    stats = Subset(frames, range(min(bn_frames, len(frames))))  # type: ignore[arg-type]
+    update_bn((x for x, _ in DataLoader(stats, batch_size=256)), soup)
+    soup.eval()
+    longest = max(models, key=lambda m: len(m[2]["history"]))[2]
+    payload = {
+        "arch": dataclasses.asdict(first.spec),
+        "state_dict": soup.state_dict(),
+        "class_names": first_ckpt["class_names"],
+        "train_config": longest["train_config"],
+        "history": longest["history"],  # the longest ingredient's epochs; each one's own steps are in the lineage
+        "train_seconds": sum(float(c["train_seconds"]) for _, _, c in models),
+        "dataset": longest["dataset"],
+        "lineage": [*lineages[0][:shared], {
+            "averaged": [{"checkpoint": str(p), "steps": lin[shared:]} for p, lin in zip(paths, lineages, strict=True)],
+            "batch_norm_stats": source, "batch_norm_stats_frames": len(stats)}],
+        "torch_version": torch.__version__,
+        "host": platform.node(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    torch.save(payload, tmp)
+    tmp.replace(out)
+    log.info("averaged %d checkpoints into %s (batch norms from %d frames of %s)", len(paths), out, len(stats), source)
+    return soup
