@@ -46,7 +46,7 @@ def test_average_is_the_mean_with_fresh_batch_norm_statistics(tiny_checkpoint: P
     frames, _, _ = load_dataset(demo_data_dir, "train", 96)
     x = torch.stack([frames[i][0] for i in range(128)])
     norms = [m for m in soup.modules() if isinstance(m, torch.nn.BatchNorm2d)]
-    seen: dict[int, torch.Tensor] = {}
+    seen: dict[int, Any] = {}
 
     def record(m: Any, args: tuple[Any, ...]) -> None:
         seen[id(m)] = args[0].mean((0, 2, 3))
