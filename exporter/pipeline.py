@@ -223,7 +223,7 @@ def average_checkpoints(paths: list[Path], data_root: Path, out: Path, bn_frames
         "class_names": first_ckpt["class_names"],
         "train_config": longest["train_config"],
         "history": longest["history"],  # the longest ingredient's epochs; each one's own steps are in the lineage
-        "train_seconds": sum(float(c["train_seconds"]) for _, _, c in models),
+        "train_seconds": _distinct_epoch_seconds([c["history"] for _, _, c in models]),
         "dataset": longest["dataset"],
         "lineage": [*lineages[0][:shared], {
             "averaged": [{"checkpoint": str(p), "steps": lin[shared:]} for p, lin in zip(paths, lineages, strict=True)],
@@ -237,3 +237,10 @@ def average_checkpoints(paths: list[Path], data_root: Path, out: Path, bn_frames
     tmp.replace(out)
     log.info("averaged %d checkpoints into %s (batch norms from %d frames of %s)", len(paths), out, len(stats), source)
     return soup
+
+
+def _distinct_epoch_seconds(histories: list[list[dict[str, Any]]]) -> float:
+    """Training time behind a set of checkpoints: each epoch once, though every checkpoint fine-tuned from another
+    repeats its ancestor's epochs in its own history."""
+    seen = {(h["epoch"], h["loss"], h["seconds"]) for history in histories for h in history}
+    return round(sum(s for _, _, s in seen), 1)

@@ -62,6 +62,10 @@ def test_average_is_the_mean_with_fresh_batch_norm_statistics(tiny_checkpoint: P
     assert len(ckpt["lineage"]) == 2  # the shared start, then the average naming each ingredient's own step
     assert [i["checkpoint"] for i in ckpt["lineage"][-1]["averaged"]] == [str(a), str(b)]
     assert [i["steps"][0]["seed"] for i in ckpt["lineage"][-1]["averaged"]] == [1, 2]
+    # training time counts the shared start once: a's history and b's both begin with tiny_checkpoint's epoch
+    ha, hb = load_checkpoint(a)[1]["history"], load_checkpoint(b)[1]["history"]
+    assert len(ha) == len(hb) == 2 and ha[0] == hb[0]
+    assert ckpt["train_seconds"] == pytest.approx(ha[0]["seconds"] + ha[1]["seconds"] + hb[1]["seconds"], abs=0.1)
     assert score_checkpoints([out, a], demo_data_dir).count(str(out)) == 2  # scored like any checkpoint
 
 
