@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("score", help="per-exit accuracy of checkpoints on the calibration and test splits")
     c.add_argument("--checkpoint", type=Path, nargs="+", required=True)
     c.add_argument("--data", type=Path, default=Path("data/demo"))
+    c.add_argument("--split", action="append", choices=("calibration", "test"),
+                   help="score only this split (repeatable; default both)")
     v = sub.add_parser("average", help="average the weights of checkpoints fine-tuned from one start (a model soup)")
     v.add_argument("--checkpoint", type=Path, nargs="+", required=True)
     v.add_argument("--data", type=Path, default=Path("data/demo"),
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.cmd == "score":
-            print(pipeline.score_checkpoints(args.checkpoint, args.data))
+            print(pipeline.score_checkpoints(args.checkpoint, args.data, tuple(args.split or ("calibration", "test"))))
             return 0
         if args.cmd == "average":
             pipeline.average_checkpoints(args.checkpoint, args.data, args.out)

@@ -81,3 +81,13 @@ def test_score_reads_each_exit_on_calibration_and_test(tiny_checkpoint: Path, ti
         assert [float(v.rstrip("%")) for v in row[3:]] == pytest.approx(100 * acc, abs=0.01)
     with pytest.raises(ExportError, match="does not exist"):
         score_checkpoints([demo_data_dir / "none.pt"], demo_data_dir)
+
+
+def test_score_one_split_from_the_command_line(tiny_checkpoint: Path, demo_data_dir: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from exporter.__main__ import main
+
+    assert main(["score", "--checkpoint", str(tiny_checkpoint), "--data", str(demo_data_dir),
+                 "--split", "calibration"]) == 0
+    rows = [r.split() for r in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[1] for r in rows] == ["calibration"]  # a selection split's folder has no test frames worth a row
