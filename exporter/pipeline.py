@@ -102,19 +102,23 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
             "train_seconds": seconds + time.perf_counter() - t0,
             "dataset": source,
             "lineage": [*lineage, {**step, **partial}],
-            "torch_version": torch.__version__,
-            "host": platform.node(),
         }
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".partial")
-        torch.save(payload, tmp)
-        tmp.replace(out)
+        save_checkpoint(payload, out)
         if partial:
             log.info("epoch %d of %d saved to %s", len(done), opts.train.epochs, out)
 
     train(model, ds, opts.train, progress, on_epoch=save)  # the last epoch's save is the checkpoint
     log.info("saved checkpoint %s", out)
     return model
+
+
+def save_checkpoint(payload: dict[str, Any], out: Path) -> None:
+    """Write a checkpoint with the torch version and host that made it, atomically (a reader never sees half a
+    file)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".partial")
+    torch.save({**payload, "torch_version": torch.__version__, "host": platform.node()}, tmp)
+    tmp.replace(out)
 
 
 def load_checkpoint(path: Path) -> tuple[ThreeExitVGG, dict[str, Any]]:
@@ -228,13 +232,8 @@ def average_checkpoints(paths: list[Path], data_root: Path, out: Path, bn_frames
         "lineage": [*lineages[0][:shared], {
             "averaged": [{"checkpoint": str(p), "steps": lin[shared:]} for p, lin in zip(paths, lineages, strict=True)],
             "batch_norm_stats": source, "batch_norm_stats_frames": len(stats)}],
-        "torch_version": torch.__version__,
-        "host": platform.node(),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".partial")
-    torch.save(payload, tmp)
-    tmp.replace(out)
+    save_checkpoint(payload, out)
     log.info("averaged %d checkpoints into %s (batch norms from %d frames of %s)", len(paths), out, len(stats), source)
     return soup
 
