@@ -31,7 +31,13 @@ PARITY_ATOL = 1e-4
 PARITY_RTOL = 1e-3
 OPSET = 18
 COST_RUNS = 200
-COST_THREADS = 2
+#: Intra-op threads when the export times the segments: the app's default (``[model] threads = 1``), so the costs
+#: the policy is fitted with are the ones the app sees.  With 2 threads on this 2-core box one call in ten stalled
+#: ~4 ms (p95 4.6 ms against a 0.6 ms median) and segment 2's median read 0.48-0.71 ms across three runs; with 1
+#: thread, 0.70-0.71 ms and p95 within 7 % of the median.
+COST_THREADS = 1
+#: Intra-op threads for the parity check and the traces (speed only).
+SESSION_THREADS = 2
 
 
 class ParityError(RuntimeError):
@@ -57,7 +63,7 @@ def export_segments(model: ThreeExitVGG, out: Path) -> list[Path]:
     return paths
 
 
-def cpu_sessions(paths: Sequence[Path], threads: int = COST_THREADS) -> list[ort.InferenceSession]:
+def cpu_sessions(paths: Sequence[Path], threads: int = SESSION_THREADS) -> list[ort.InferenceSession]:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -149,7 +155,7 @@ def export_model_folder(model: ThreeExitVGG, class_names: list[str], calibration
     assert accuracy is not None
     size = model.spec.input_size
     shapes = [[1, 3, size, size]] + [[1, *s] for s in model.feature_shapes]
-    costs = measure_costs(sessions, shapes[0])
+    costs = measure_costs(cpu_sessions(paths, COST_THREADS), shapes[0])
     exits = []
     for k in range(3):
         last = k == 2

@@ -25,6 +25,7 @@ def test_export_writes_a_complete_model_folder(tiny_model_folder: Path) -> None:
     assert [e.file for e in m.exits] == ["segment1.onnx", "segment2.onnx", "segment3.onnx"]
     assert len(m.class_names) == 11 and m.class_names[-1] == "no digit"
     assert all(e.cpu_cost.median_ms > 0 and e.flops > 0 for e in m.exits)
+    assert all(e.cpu_cost.threads == 1 for e in m.exits)  # timed as the app runs them by default ([model] threads)
     assert m.exits[0].backbone_fraction < m.exits[1].backbone_fraction < m.exits[2].backbone_fraction == 1.0
     assert m.provenance["parity_max_abs_diff"] <= PARITY_ATOL
     for split in ("calibration", "test"):
