@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from exporter.onnx_export import ParityError, check_parity, cpu_sessions
+from exporter.pipeline import save_checkpoint
 from exporter.vgg import ArchSpec, ThreeExitVGG
 from models.errors import ModelFolderError
 from models.manifest import Manifest, read_manifest, verify_file
@@ -164,8 +164,7 @@ def recover_checkpoint(folder: Path, data: Dataset[Any], out: Path,
     _set_identity_batch_norms(model, norms, stats)
     err = check_recovered(model, folder, manifest, data)
     prov = manifest.provenance
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
+    save_checkpoint({
         "arch": dataclasses.asdict(spec),
         "state_dict": model.state_dict(),
         "class_names": list(manifest.class_names),
@@ -175,8 +174,6 @@ def recover_checkpoint(folder: Path, data: Dataset[Any], out: Path,
         "dataset": prov.get("dataset", f"recovered:{folder}"),
         "lineage": [*prov.get("lineage", []), {"recovered_from": str(folder), "manifest_name": manifest.name,
                                                "batch_norm_stats_frames": len(stats)}],
-        "torch_version": torch.__version__,
-        "host": platform.node(),
     }, out)
     log.info("recovered %s from %s (%d batch norms re-derived on %d frames; max logit difference to ONNX "
              "Runtime %.2e)", out, folder, len(norms), len(stats), err)

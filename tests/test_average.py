@@ -74,12 +74,11 @@ def test_unrelated_or_mismatched_checkpoints_are_refused(tiny_checkpoint: Path, 
     scratch = _fine_tune(tiny_checkpoint, demo_data_dir, tmp_path / "scratch.pt", seed=5)  # no --init: from scratch
     with pytest.raises(ExportError, match="share no training step"):
         average_checkpoints([tiny_checkpoint, scratch], demo_data_dir, tmp_path / "x.pt")
-    from exporter.pipeline import TrainOptions as Opts
     from exporter.vgg import ArchSpec
 
     wide = tmp_path / "wide.pt"
-    train_checkpoint(demo_data_dir, wide, Opts(ArchSpec(config="vgg11", width=0.25, input_size=96),
-                                               TrainConfig(epochs=1, batch_size=32, max_steps=1, threads=2)),
+    train_checkpoint(demo_data_dir, wide, TrainOptions(ArchSpec(config="vgg11", width=0.25, input_size=96),
+                                                      TrainConfig(epochs=1, batch_size=32, max_steps=1, threads=2)),
                      progress=lambda _: None)
     with pytest.raises(ExportError, match="only one architecture"):
         average_checkpoints([tiny_checkpoint, wide], demo_data_dir, tmp_path / "x.pt")
