@@ -189,12 +189,18 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     def part(a: np.ndarray, lo: float, hi: float) -> np.ndarray:
         return a[(t >= lo) & (t < hi)]
 
+    # t_s is the browser's stamping time; the estimate is the server's when it runs that frame, 75 ms and a
+    # transport later. By then reports that straddle the fall at 22 s (sender report out under 150 ms, receiver
+    # report back under 20 ms) can already have pulled it down: a CI run read 119.5 ms for a frame stamped
+    # just before 22 s. So the "during" window ends half a second before the fall.
+    during_w = (13.0, 21.5)
+
     print(f"netns step: {summary['frames']} frames, deadline hit {100 * summary['deadline_hit_rate']:.1f} %, "
           f"RTT estimate median before/during/after {np.median(part(est, 3, 10)):.0f}/"
-          f"{np.median(part(est, 13, 22)):.0f}/{np.median(part(est, 26, 32)):.0f} ms, mean exit "
-          f"{part(exit_used, 3, 10).mean():.2f}/{part(exit_used, 13, 22).mean():.2f}/"
+          f"{np.median(part(est, *during_w)):.0f}/{np.median(part(est, 26, 32)):.0f} ms, mean exit "
+          f"{part(exit_used, 3, 10).mean():.2f}/{part(exit_used, *during_w).mean():.2f}/"
           f"{part(exit_used, 26, 32).mean():.2f}, exits allowed {part(allowed, 3, 10).mean():.2f}/"
-          f"{part(allowed, 13, 22).mean():.2f}/{part(allowed, 26, 32).mean():.2f}, late_ms median before "
+          f"{part(allowed, *during_w).mean():.2f}/{part(allowed, 26, 32).mean():.2f}, late_ms median before "
           f"{np.median(part(late, 3, 10)):.0f}, first 0.5 s after the rise {np.median(part(late, 10.0, 10.5)):.0f}; "
           f"{tmp_path / 'run'}")
     assert summary["frames"] > 300, summary
@@ -205,14 +211,14 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     # the estimate follows the step within 3 s up and 4 s down (the trend term may overshoot by ~50 %
     # for a few seconds after the rise: a worsening is projected one second ahead)
     assert np.all(part(est, 3, 10) < 50)
-    during = part(est, 13, 22)
+    during = part(est, *during_w)
     assert np.all(during > 120) and np.median(during) < 200 and during.max() < 300, (np.median(during), during.max())
     assert np.all(part(est, 26, 32) < 50)
     # before any RTT sample shows the step, the frames themselves do: they arrive ~65 ms later
     assert np.median(part(late, 3, 10)) < 25 and np.median(part(late, 10.0, 10.5)) > 35, (
         np.median(part(late, 3, 10)), part(late, 10.0, 10.5))
     # shallower while the delay is high, deeper again after
-    before, during, after = (part(allowed, *w).mean() for w in ((3, 10), (13, 22), (26, 32)))
+    before, during, after = (part(allowed, *w).mean() for w in ((3, 10), during_w, (26, 32)))
     assert before > 2.5 and during < 2.0 and after > 2.5, (before, during, after)
-    used = [part(exit_used, *w).mean() for w in ((3, 10), (13, 22), (26, 32))]
+    used = [part(exit_used, *w).mean() for w in ((3, 10), during_w, (26, 32))]
     assert used[1] < used[0] and used[1] < used[2], used
