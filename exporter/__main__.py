@@ -8,6 +8,7 @@
     python -m exporter average --checkpoint build/a.pt build/b.pt --out build/soup.pt  # weight average
     python -m exporter diagnose --model models/default      # where the final exit loses accuracy
     python -m exporter recover --model models/default --out build/default.pt  # fine-tune it further (--init)
+    python -m exporter widen  --checkpoint build/a.pt --width 0.625 --out build/wide.pt  # same function, wider
 
 ``--data`` may also be a torchvision ImageFolder root with ``train/``,
 ``calibration/`` and ``test/`` sub-folders (each ``CLASS_NAME/*.jpg``).
@@ -86,6 +87,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--data", type=Path, default=Path("data/demo"),
                    help="frames whose statistics set the batch norms (its train split, else its calibration split)")
     r.add_argument("--out", type=Path, default=Path("build/recovered.pt"))
+    w = sub.add_parser("widen", help="widen a checkpoint to a larger width multiplier, keeping what it computes "
+                                     "(Net2WiderNet; fine-tune it after)")
+    w.add_argument("--checkpoint", type=Path, required=True)
+    w.add_argument("--width", type=float, required=True, help="the new width multiplier (larger than the old)")
+    w.add_argument("--noise", type=float, default=0.01,
+                   help="symmetry-breaking noise on copied filters, times the layer's weight std (default 0.01)")
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--out", type=Path, default=Path("build/wide.pt"))
     return ap
 
 
@@ -114,6 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "score":
             print(pipeline.score_checkpoints(args.checkpoint, args.data, tuple(args.split or ("calibration", "test"))))
+            return 0
+        if args.cmd == "widen":
+            from exporter.widen import WidenError, widen_checkpoint
+
+            try:
+                widen_checkpoint(args.checkpoint, args.out, args.width, args.noise, args.seed)
+            except WidenError as exc:
+                raise pipeline.ExportError(f"{args.checkpoint}: {exc}") from exc
+            print(f"wrote {args.out}; fine-tune it: python -m exporter train --init {args.out} --width {args.width:g} "
+                  "--epochs N --lr LR --out build/next.pt")
             return 0
         if args.cmd == "average":
             pipeline.average_checkpoints(args.checkpoint, args.data, args.out)
