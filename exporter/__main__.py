@@ -39,6 +39,13 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", type=Path, help="start from this checkpoint's weights (fine-tune) instead of scratch")
 
 
+def _add_weights_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--weights", choices=("float16", "float32"), default="float16",
+                   help="how the segments store their weights: float16 (half the size; ONNX Runtime casts them to "
+                        "float32 when it loads a segment, so inference is float32 at the same speed) or float32 "
+                        "(default float16)")
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m exporter", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", type=Path, default=Path("build/vgg.pt"))
     e.add_argument("--data", type=Path, default=Path("data/demo"))
     e.add_argument("--out", type=Path, default=Path("models/default"))
+    _add_weights_arg(e)
     c = sub.add_parser("score", help="per-exit accuracy of checkpoints on the calibration and test splits")
     c.add_argument("--checkpoint", type=Path, nargs="+", required=True)
     c.add_argument("--data", type=Path, default=Path("data/demo"))
@@ -76,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--cache", type=Path, default=Path("data/cache"))
     a.add_argument("--checkpoint", type=Path, default=Path("build/vgg.pt"))
     a.add_argument("--out", type=Path, default=Path("models/default"))
+    _add_weights_arg(a)
     _add_train_args(a)
     g = sub.add_parser("diagnose", help="accuracy by test photo, and on seen vs unseen digits")
     g.add_argument("--model", type=Path, default=Path("models/default"))
@@ -149,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             out = args.checkpoint if args.cmd == "all" else args.out
             pipeline.train_checkpoint(args.data, out, pipeline.train_options(args), init=args.init)
         if args.cmd in ("export", "all"):
-            pipeline.export_checkpoint(args.checkpoint, args.data, args.out)
+            pipeline.export_checkpoint(args.checkpoint, args.data, args.out, args.weights)
     except pipeline.ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -153,8 +153,8 @@ def score_checkpoints(paths: list[Path], data_root: Path, splits: tuple[str, ...
     return "\n".join(lines)
 
 
-def export_checkpoint(ckpt_path: Path, data_root: Path, out: Path) -> None:
-    from exporter.onnx_export import export_model_folder
+def export_checkpoint(ckpt_path: Path, data_root: Path, out: Path, weights: str | None = None) -> None:
+    from exporter.onnx_export import DEFAULT_WEIGHTS, export_model_folder
 
     model, ckpt = load_checkpoint(ckpt_path)
     calib, names, calib_src = load_dataset(data_root, "calibration", model.spec.input_size)
@@ -174,7 +174,7 @@ def export_checkpoint(ckpt_path: Path, data_root: Path, out: Path) -> None:
         "torch_version": ckpt["torch_version"],
         "recipe": "python -m exporter all (see exporter/demo_data.py)",
     }
-    export_model_folder(model, names, calib, test, out, provenance)
+    export_model_folder(model, names, calib, test, out, provenance, weights or DEFAULT_WEIGHTS)
     log.info("model folder written: %s", json.dumps(str(out)))
 
 

@@ -82,6 +82,9 @@ def _load_folded_weights(model: ThreeExitVGG, folder: Path, manifest: Manifest) 
         except (OSError, DecodeError) as exc:
             raise RecoverError(f"{folder / spec.file}: not a readable ONNX model ({exc})") from exc
         weights = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+        for node in graph.node:  # weights stored as float16 reach their layer through a Cast (store_weights_float16)
+            if node.op_type == "Cast" and node.input and node.input[0] in weights:
+                weights[node.output[0]] = weights[node.input[0]].astype(np.float32)
         modules = dict(segment.named_modules())
         for name, module in modules.items():
             if not isinstance(module, nn.Conv2d | nn.Linear):

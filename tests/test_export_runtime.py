@@ -11,7 +11,14 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs the train extra")
 
-from exporter.onnx_export import PARITY_ATOL, check_parity, cpu_sessions  # noqa: E402
+from exporter.onnx_export import (  # noqa: E402
+    PARITY_ATOL,
+    STORED_ATOL,
+    check_parity,
+    cpu_sessions,
+    export_segments,
+    run_chain,
+)
 from exporter.pipeline import load_checkpoint  # noqa: E402
 from models.errors import ModelFolderError  # noqa: E402
 from models.manifest import read_manifest  # noqa: E402
@@ -27,7 +34,9 @@ def test_export_writes_a_complete_model_folder(tiny_model_folder: Path) -> None:
     assert all(e.cpu_cost.median_ms > 0 and e.flops > 0 for e in m.exits)
     assert all(e.cpu_cost.threads == 1 for e in m.exits)  # timed as the app runs them by default ([model] threads)
     assert m.exits[0].backbone_fraction < m.exits[1].backbone_fraction < m.exits[2].backbone_fraction == 1.0
-    assert m.provenance["parity_max_abs_diff"] <= PARITY_ATOL
+    assert m.provenance["parity_max_abs_diff"] <= PARITY_ATOL  # the float32 graph, before storage
+    assert m.provenance["weights_stored_as"] == "float16"
+    assert 0 < m.provenance["stored_parity_max_abs_diff"] <= STORED_ATOL
     for split in ("calibration", "test"):
         with np.load(tiny_model_folder / m.traces[split].file) as z:
             probs, labels = z["probs"], z["labels"]
@@ -38,11 +47,40 @@ def test_export_writes_a_complete_model_folder(tiny_model_folder: Path) -> None:
     assert [e.test_accuracy for e in m.exits] == pytest.approx(acc, abs=1e-4)
 
 
-def test_onnx_matches_pytorch(tiny_checkpoint: Path, tiny_model_folder: Path) -> None:
+def test_onnx_matches_pytorch(tiny_checkpoint: Path, tiny_model_folder: Path, tmp_path: Path) -> None:
     model, _ = load_checkpoint(tiny_checkpoint)
-    sessions = cpu_sessions([tiny_model_folder / f"segment{k}.onnx" for k in (1, 2, 3)])
-    worst = check_parity(model, sessions, torch.randn(4, 3, 96, 96))
-    assert worst <= PARITY_ATOL
+    x = torch.randn(4, 3, 96, 96)
+    # the float32 graph the exporter writes first, then the folder's segments, whose weights are stored as float16
+    assert check_parity(model, cpu_sessions(export_segments(model, tmp_path / "f32")), x) <= PARITY_ATOL
+    stored = cpu_sessions([tiny_model_folder / f"segment{k}.onnx" for k in (1, 2, 3)])
+    assert check_parity(model, stored, x, atol=STORED_ATOL) <= STORED_ATOL
+
+
+def test_float16_storage_halves_the_segments_and_keeps_float32_inference(tiny_checkpoint: Path,
+                                                                         tmp_path: Path) -> None:
+    import onnx
+    from onnx import TensorProto
+
+    from exporter.onnx_export import store_weights_float16
+
+    model, _ = load_checkpoint(tiny_checkpoint)
+    paths = export_segments(model, tmp_path)
+    x = np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(np.float32)
+    before = [p.stat().st_size for p in paths]
+    ref = run_chain(cpu_sessions(paths), x)
+    saved = [store_weights_float16(p) for p in paths]
+    assert [b - s for b, s in zip(before, saved, strict=True)] == [p.stat().st_size for p in paths]
+    assert sum(saved) > 0.4 * sum(before)  # weights are most of the files; float16 halves them
+    graph = onnx.load(str(paths[1])).graph
+    conv_weights = {n.input[1] for n in graph.node if n.op_type == "Conv"}
+    assert conv_weights and not conv_weights & {i.name for i in graph.initializer}  # no float32 copy is left
+    assert {i.data_type for i in graph.initializer if i.name.endswith(".float16")} == {TensorProto.FLOAT16}
+    sessions = cpu_sessions(paths)
+    assert sessions[0].get_inputs()[0].type == "tensor(float)" and sessions[0].get_outputs()[0].type == "tensor(float)"
+    got = run_chain(sessions, x)
+    for a, b in zip(ref, got, strict=True):
+        np.testing.assert_allclose(b[-1], a[-1], atol=STORED_ATOL)  # logits: only the rounding of the weights
+        assert not np.array_equal(a[-1], b[-1])
 
 
 def test_runtime_gives_the_exported_logits_for_each_exit(tiny_checkpoint: Path, tiny_model_folder: Path) -> None:
@@ -52,11 +90,15 @@ def test_runtime_gives_the_exported_logits_for_each_exit(tiny_checkpoint: Path, 
     x = rt.preprocess(frame)
     with torch.no_grad():
         ref = [lg.softmax(-1)[0].numpy() for lg in model(torch.from_numpy(x))]
+    # the export's own segments, as the exporter ran them for the traces (stored weights: exact, not within rounding)
+    exported = run_chain(cpu_sessions([tiny_model_folder / e.file for e in rt.manifest.exits]), x)
     run = rt.start(x)
     for k in range(3):
         res = run.advance()
         assert res.exit_index == k
-        np.testing.assert_allclose(res.probs, ref[k], atol=1e-5)
+        z = exported[k][-1][0]
+        np.testing.assert_allclose(res.probs, np.exp(z - z.max()) / np.exp(z - z.max()).sum(), atol=1e-6)
+        np.testing.assert_allclose(res.probs, ref[k], atol=STORED_ATOL)
         assert res.label == int(np.argmax(ref[k])) and res.segment_ms > 0
     assert run.done
     with pytest.raises(IndexError):
