@@ -54,7 +54,7 @@ def test_noise_breaks_the_replicas_symmetry_but_keeps_the_function_close() -> No
     # every added channel is a noisy copy of an old one, never an exact one
     for j in range(n, first_new.out_channels):
         dist = (first_old.weight - first_new.weight[j]).detach().flatten(1).abs().amax(1)
-        assert dist.min() > 0 and dist.min() < 0.1 * float(first_old.weight.abs().max())
+        assert dist.min() > 0 and dist.min() < 0.1 * float(first_old.weight.detach().abs().max())
     x = torch.randn(4, 3, 64, 64)
     with torch.no_grad():
         final_narrow, final_wide = narrow(x)[2], wide(x)[2]
