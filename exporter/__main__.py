@@ -7,6 +7,7 @@
     python -m exporter score  --checkpoint build/a.pt build/b.pt   # per-exit accuracy: pick one to export
     python -m exporter average --checkpoint build/a.pt build/b.pt --out build/soup.pt  # weight average
     python -m exporter diagnose --model models/default      # where the final exit loses accuracy
+    python -m exporter ensemble --split data/select/calibration.npz  # would combining the last two exits help
     python -m exporter recover --model models/default --out build/default.pt  # fine-tune it further (--init)
     python -m exporter widen  --checkpoint build/a.pt --width 0.625 --out build/wide.pt  # same function, wider
 
@@ -57,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--count", type=int, nargs=3, metavar=("TRAIN", "CALIB", "TEST"))
     d.add_argument("--recipe", type=int, default=RECIPE, choices=RECIPES,
                    help="how training frames are drawn (calibration and test never change): 2 clutter, 3 also "
-                        f"redrawn digits, 4 also round objects and more photos (default {RECIPE})")
+                        "redrawn digits, 4 also round objects and more photos, 5 also generated textures "
+                        f"(default {RECIPE})")
     d.add_argument("--reshape-p", type=float, default=None,
                    help="override the share of training digits redrawn (recipe 3 and later: 0.8)")
     t = sub.add_parser("train", help="train jointly and save a checkpoint")
@@ -91,6 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--data", type=Path, default=Path("data/demo"))
     g.add_argument("--cache", type=Path, default=Path("data/cache"))
     g.add_argument("--count", type=int, default=2000, help="fresh frames drawn for each of seen / unseen digits")
+    en = sub.add_parser("ensemble", help="final-exit accuracy if it also read the exit before it "
+                                         "(Zero Time Waste-style ensembles of the last two exits), per weight")
+    en.add_argument("--model", type=Path, default=Path("models/default"))
+    en.add_argument("--split", type=Path, default=Path("data/select/calibration.npz"),
+                    help="a written demo split (default: the 10,000-frame selection split, see README)")
     r = sub.add_parser("recover", help="rebuild a trainable checkpoint from a model folder (to fine-tune it)")
     r.add_argument("--model", type=Path, default=Path("models/default"))
     r.add_argument("--data", type=Path, default=Path("data/demo"),
@@ -112,6 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("onnx_ir", "onnxscript", "torch.onnx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.cmd == "ensemble":
+        from exporter.demo_data import DemoDataError
+        from exporter.diagnose import last_exits_ensemble
+
+        try:
+            print(last_exits_ensemble(args.model, args.split))
+        except (DemoDataError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.cmd == "diagnose":
         from exporter.diagnose import per_photo, seen_vs_unseen
 

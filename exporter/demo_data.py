@@ -71,10 +71,14 @@ TRAIN_RESHAPE_P = 0.8
 #: Share of training frames that get :func:`_round_objects` (fourth recipe); training split only.
 TRAIN_OBJECTS_P = 0.3
 #: The training recipes, each drawing its training split from the same seed (calibration and test never change):
-#: 2 clutter and the second photo set, 3 also redrawn digits, 4 also round objects and matplotlib's photos.
-RECIPES = (2, 3, 4)
+#: 2 clutter and the second photo set, 3 also redrawn digits, 4 also round objects and matplotlib's photos,
+#: 5 also :data:`PROCEDURAL_TEXTURES` generated backgrounds (``proc:`` names; domain randomisation).
+RECIPES = (2, 3, 4, 5)
 RECIPE = 4
 IMAGE_SIZE = 96
+#: Generated training backgrounds of the fifth recipe (:func:`procedural_texture`): value noise, gratings, mosaics
+#: and blobs in random palettes, so that no photo's look is a cue; a pure function of their index.
+PROCEDURAL_TEXTURES = 12
 
 
 class DemoDataError(RuntimeError):
@@ -128,6 +132,9 @@ def load_backgrounds(names: tuple[str, ...]) -> list[np.ndarray]:
     ``mpl:`` name (both wheels ship them; nothing is downloaded)."""
     imgs = []
     for name in names:
+        if name.startswith("proc:"):
+            imgs.append(procedural_texture(int(name.removeprefix("proc:"))))
+            continue
         if name.startswith("mpl:"):
             from matplotlib.cbook import get_sample_data
 
@@ -294,9 +301,55 @@ def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
 
 
 def background_names(split: str, recipe: int = RECIPE) -> tuple[str, ...]:
-    """The photos ``split`` draws from under ``recipe`` (matplotlib's joined the training set with the fourth)."""
+    """The photos ``split`` draws from under ``recipe`` (matplotlib's joined the training set with the fourth,
+    the generated textures with the fifth)."""
     names = BACKGROUND_SPLITS[split]
-    return names if recipe >= 4 else tuple(n for n in names if not n.startswith("mpl:"))
+    if recipe < 4:
+        names = tuple(n for n in names if not n.startswith("mpl:"))
+    if recipe >= 5 and split == "train":
+        names = (*names, *(f"proc:{i}" for i in range(PROCEDURAL_TEXTURES)))
+    return names
+
+
+def procedural_texture(index: int, size: int = 384) -> np.ndarray:
+    """A generated background (H, W, 3) uint8 RGB, the same for the same ``index``: kind ``index % 4`` is
+    multi-octave value noise (clouds, stains), oriented gratings with a wobble (fabric, blinds, wood),
+    a mosaic of random polygons (tiles, shelves) or soft blobs (bokeh, out-of-focus rooms), each coloured
+    through a random palette.  A crop of it is recoloured and degraded like a photo's."""
+    rng = np.random.default_rng([0x7E57, index])
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    kind = index % 4
+    if kind == 0:
+        field = np.zeros((size, size), np.float32)
+        for octave in range(int(rng.integers(3, 6))):
+            cells = 2 ** (octave + 1) + int(rng.integers(0, 3))
+            grid = rng.random((cells, cells)).astype(np.float32)
+            field += cv2.resize(grid, (size, size), interpolation=cv2.INTER_CUBIC) * 0.55 ** octave
+    elif kind == 1:
+        theta, freq = rng.uniform(0, np.pi), rng.uniform(4, 40)
+        u = np.cos(theta) * xx + np.sin(theta) * yy
+        v = -np.sin(theta) * xx + np.cos(theta) * yy
+        wobble = rng.uniform(0, 0.08) * np.sin(2 * np.pi * rng.uniform(1, 6) * v)
+        field = np.sin(2 * np.pi * freq * (u + wobble))
+        if rng.random() < 0.5:
+            field = np.sign(field) * np.abs(field) ** 0.2  # hard-edged stripes
+    elif kind == 2:
+        field = np.zeros((size, size), np.float32)
+        for _ in range(int(rng.integers(20, 80))):
+            pts = (rng.random((int(rng.integers(3, 7)), 2)) * size).astype(np.int32)
+            cv2.fillPoly(field, [cv2.convexHull(pts)], float(rng.random()))
+    else:
+        field = np.zeros((size, size), np.float32)
+        for _ in range(int(rng.integers(10, 40))):
+            centre = tuple(int(v) for v in rng.integers(0, size, 2))
+            cv2.circle(field, centre, int(rng.integers(size // 40, size // 6)), float(rng.random()), -1)
+        field = cv2.GaussianBlur(field, (0, 0), float(rng.uniform(2, 12)))
+    field = (field - field.min()) / max(float(field.max() - field.min()), 1e-6)
+    stops = np.sort(rng.random(int(rng.integers(2, 5))))
+    stops[0], stops[-1] = 0.0, 1.0
+    colours = rng.uniform(0, 255, (len(stops), 3))
+    out = np.stack([np.interp(field, stops, colours[:, c]) for c in range(3)], axis=-1)
+    return np.clip(out, 0, 255).astype(np.uint8)
 
 
 def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,

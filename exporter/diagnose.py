@@ -74,3 +74,42 @@ def seen_vs_unseen(folder: Path, cache: Path, count: int = 2000, seed: int = 1) 
         lines.append(f"{title:<28} {has_digit.sum():>6}  " + "  ".join(f"{a:7.2%}" for a in acc))
         log.info("%s digits: %d frames analysed", digit_split, count)
     return "\n".join(lines)
+
+
+ENSEMBLE_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+
+
+def last_exits_ensemble(folder: Path, split: Path, weights: tuple[float, ...] = ENSEMBLE_WEIGHTS) -> str:
+    """Would the final exit gain from also reading the exit before it?  Final-exit accuracy on ``split``
+    (a written demo split) when its answer combines the last two exits' softmax outputs p_K and p_(K-1), as
+    Zero Time Waste (Wołczyk et al., 2021) combines exits, for each weight w:
+
+    * geometric: argmax of log p_K + w log p_(K-1)
+    * arithmetic: argmax of (1 - w) p_K + w p_(K-1)
+
+    w = 0 is the plain final exit.  Both are free at run time (exit K-1 always runs before exit K), so a
+    clear gain here would be worth building into the model; this only measures it."""
+    from exporter.demo_data import load_split
+    from models.runtime import ModelRuntime
+
+    rt = ModelRuntime.load(folder, providers=("cpu",), warmup=1)
+    if rt.num_exits < 2:
+        raise ValueError(f"{folder}: one exit, nothing to combine")
+    images, labels, _ = load_split(split)
+    probs = np.empty((len(labels), rt.num_exits, len(rt.class_names)), np.float32)
+    for n, img in enumerate(images):
+        probs[n] = rt.all_exits(img)
+        if (n + 1) % 2000 == 0:
+            log.info("%d of %d frames analysed", n + 1, len(labels))
+    last, before = probs[:, -1].astype(np.float64), probs[:, -2].astype(np.float64)
+    log_last, log_before = np.log(np.maximum(last, 1e-30)), np.log(np.maximum(before, 1e-30))
+
+    def acc(scores: np.ndarray) -> float:
+        return float((scores.argmax(-1) == labels).mean())
+
+    lines = [f"{split}: {len(labels)} frames; exit {rt.num_exits - 1} alone {acc(before):.2%}, "
+             f"exit {rt.num_exits} alone (w = 0) {acc(last):.2%}",
+             f"{'w':>5}  {'geometric':>10}  {'arithmetic':>10}"]
+    for w in weights:
+        lines.append(f"{w:>5.2f}  {acc(log_last + w * log_before):>10.2%}  {acc((1 - w) * last + w * before):>10.2%}")
+    return "\n".join(lines)

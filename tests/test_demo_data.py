@@ -49,19 +49,32 @@ def test_every_listed_photo_loads() -> None:
         assert all(p.ndim == 3 and p.shape[2] == 3 and min(p.shape[:2]) >= 96 for p in photos), split
 
 
-def test_older_recipes_change_training_frames_only(demo_digits: list[np.ndarray]) -> None:
+def test_recipes_change_training_frames_only(demo_digits: list[np.ndarray]) -> None:
     by_recipe = {r: {s: demo_data.make_split(s, 40, demo_digits, recipe=r) for s in demo_data.SPLITS}
                  for r in demo_data.RECIPES}
-    for r in demo_data.RECIPES[:-1]:
+    skimage_only = sum(not n.startswith("mpl:") for n in demo_data.BACKGROUND_SPLITS["train"])
+    for r in demo_data.RECIPES:
         for split in ("calibration", "test"):
             assert np.array_equal(by_recipe[r][split].images, by_recipe[demo_data.RECIPE][split].images)
-        assert not np.array_equal(by_recipe[r]["train"].images, by_recipe[demo_data.RECIPE]["train"].images)
-        # matplotlib's photos joined with recipe 4; before it the training split drew from scikit-image's alone
-        skimage_only = len(demo_data.background_names("train", r))
-        assert skimage_only == sum(not n.startswith("mpl:") for n in demo_data.BACKGROUND_SPLITS["train"])
-        assert by_recipe[r]["train"].backgrounds.max() < skimage_only
-    with pytest.raises(ValueError, match="unknown recipe 5"):
-        demo_data.make_split("train", 1, demo_digits, recipe=5)
+            assert demo_data.background_names(split, r) == demo_data.BACKGROUND_SPLITS[split]
+        if r != demo_data.RECIPE:
+            assert not np.array_equal(by_recipe[r]["train"].images, by_recipe[demo_data.RECIPE]["train"].images)
+        names = demo_data.background_names("train", r)
+        if r < 4:  # matplotlib's photos joined with recipe 4; before it the training split drew from scikit-image's
+            assert len(names) == skimage_only and by_recipe[r]["train"].backgrounds.max() < skimage_only
+        generated = [n for n in names if n.startswith("proc:")]  # and the generated textures with recipe 5
+        assert len(generated) == (demo_data.PROCEDURAL_TEXTURES if r >= 5 else 0)
+    with pytest.raises(ValueError, match="unknown recipe 6"):
+        demo_data.make_split("train", 1, demo_digits, recipe=6)
+
+
+def test_generated_textures_are_deterministic_and_varied() -> None:
+    textures = demo_data.load_backgrounds(tuple(f"proc:{i}" for i in range(demo_data.PROCEDURAL_TEXTURES)))
+    assert all(t.shape == (384, 384, 3) and t.dtype == np.uint8 for t in textures)
+    assert np.array_equal(textures[5], demo_data.procedural_texture(5))  # a pure function of the index
+    assert all(t.std() > 5 for t in textures)  # none is a flat colour
+    means = np.array([t.reshape(-1, 3).mean(0) for t in textures])
+    assert len({tuple(np.round(m)) for m in means}) == len(textures)  # no two alike
 
 
 def test_a_missing_photo_is_named() -> None:
