@@ -130,3 +130,20 @@ def test_diagnose_reads_accuracy_by_photo_and_by_digit_share(tiny_model_folder: 
     assert sum(counts) == int(all_row.split()[2])  # every test frame is on exactly one photo
     lines = seen_vs_unseen(tiny_model_folder, MNIST_CACHE, count=24).splitlines()
     assert [ln.split()[0] for ln in lines[1:]] == ["seen", "unseen"]
+
+
+@pytest.mark.train
+def test_ensemble_reads_the_last_two_exits(tiny_model_folder: Path, demo_data_dir: Path) -> None:
+    from exporter.diagnose import last_exits_ensemble
+
+    lines = last_exits_ensemble(tiny_model_folder, demo_data_dir / "calibration.npz", weights=(0.0, 0.5, 1.0)
+                                ).splitlines()
+    with np.load(tiny_model_folder / "traces_calibration.npz") as z:
+        probs, labels = z["probs"], z["labels"]
+    acc = (probs.argmax(-1) == labels[:, None]).mean(axis=0)
+    assert f"exit 2 alone {acc[1]:.2%}" in lines[0] and f"exit 3 alone (w = 0) {acc[2]:.2%}" in lines[0]
+    rows = {float(r.split()[0]): [float(v.rstrip("%")) for v in r.split()[1:]] for r in lines[2:]}
+    assert rows[0.0] == pytest.approx([100 * acc[2]] * 2, abs=0.01)  # w = 0: the final exit alone
+    assert rows[1.0][1] == pytest.approx(100 * acc[1], abs=0.01)  # arithmetic, w = 1: exit 2 alone
+    both = np.log(probs[:, 2]) + 0.5 * np.log(probs[:, 1])
+    assert rows[0.5][0] == pytest.approx(100 * (both.argmax(-1) == labels).mean(), abs=0.01)
