@@ -319,6 +319,7 @@ def procedural_texture(index: int, size: int = 384) -> np.ndarray:
     rng = np.random.default_rng([0x7E57, index])
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
     kind = index % 4
+    field: np.ndarray
     if kind == 0:
         field = np.zeros((size, size), np.float32)
         for octave in range(int(rng.integers(3, 6))):
