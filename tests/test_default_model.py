@@ -13,11 +13,10 @@ from models.runtime import ModelRuntime
 DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 2 asks for >= 95% at the final exit; the shipped model reaches "
-                   "94.85% (see README, The default model)")
 def test_default_model_final_exit_reaches_95_percent() -> None:
+    # issue 2's target; the manifest figure is checked against the committed test traces below
     m = read_manifest(DEFAULT)
-    assert m.exits[-1].test_accuracy >= 0.95
+    assert m.exits[-1].test_accuracy >= 0.95, f"final exit {m.exits[-1].test_accuracy:.4f} < 0.95"
 
 
 def test_default_model_meets_the_targets() -> None:
