@@ -22,7 +22,7 @@ import logging
 import sys
 from pathlib import Path
 
-from exporter.demo_data import RECIPE, RECIPES
+from exporter.demo_data import IMAGE_SIZE, RECIPE, RECIPES
 from exporter.vgg import VGG_CONFIGS
 
 log = logging.getLogger("exporter")
@@ -37,7 +37,13 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loss-weights", type=float, nargs=3, default=(0.3, 0.3, 1.0), metavar=("W1", "W2", "W3"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    p.add_argument("--init", type=Path, help="start from this checkpoint's weights (fine-tune) instead of scratch")
+    p.add_argument("--init", type=Path, help="start from this checkpoint's weights (fine-tune) instead of scratch; "
+                                             "it may have been trained at another input size")
+    p.add_argument("--input-size", type=int, default=None,
+                   help="model input side in px, a multiple of 32 (default: the demo frames' size, or 96 for an "
+                        "ImageFolder)")
+    p.add_argument("--device", default="auto",
+                   help="auto (CUDA when torch sees a GPU, else CPU), cpu, cuda or cuda:N (default auto)")
 
 
 def _add_weights_arg(p: argparse.ArgumentParser) -> None:
@@ -60,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="how training frames are drawn (calibration and test never change): 2 clutter, 3 also "
                         "redrawn digits, 4 also round objects and more photos, 5 also generated textures "
                         f"(default {RECIPE})")
+    d.add_argument("--size", type=int, default=IMAGE_SIZE,
+                   help=f"frame side in px (default {IMAGE_SIZE}); a model trained on them takes this input size")
     d.add_argument("--reshape-p", type=float, default=None,
                    help="override the share of training digits redrawn (recipe 3 and later: 0.8)")
     t = sub.add_parser("train", help="train jointly and save a checkpoint")
@@ -76,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--data", type=Path, default=Path("data/demo"))
     c.add_argument("--split", action="append", choices=("calibration", "test"),
                    help="score only this split (repeatable; default both)")
+    c.add_argument("--input-size", type=int, default=None,
+                   help="score the weights at this input size (the data's frames must be that size)")
     v = sub.add_parser("average", help="average the weights of checkpoints fine-tuned from one start (a model soup)")
     v.add_argument("--checkpoint", type=Path, nargs="+", required=True)
     v.add_argument("--data", type=Path, default=Path("data/demo"),
@@ -148,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.cmd == "score":
-            print(pipeline.score_checkpoints(args.checkpoint, args.data, tuple(args.split or ("calibration", "test"))))
+            print(pipeline.score_checkpoints(args.checkpoint, args.data, tuple(args.split or ("calibration", "test")),
+                                             args.input_size))
             return 0
         if args.cmd == "widen":
             from exporter.widen import WidenError, widen_checkpoint
@@ -165,12 +176,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.out}; compare it with its ingredients: python -m exporter score --checkpoint "
                   f"{args.out} {' '.join(map(str, args.checkpoint))}")
             return 0
+        if args.cmd == "data" and args.size % 32:
+            raise pipeline.ExportError(f"--size {args.size}: a model's input side is a multiple of 32 (VGG pools "
+                                       "five times); try 96, 128, 160, 192 or 224")
         if args.cmd in ("data", "all"):
             counts = None
             if getattr(args, "count", None):
                 counts = dict(zip(("train", "calibration", "test"), args.count, strict=True))
             pipeline.build_data(args.data if args.cmd == "all" else args.out, args.cache, counts, args.seed,
-                                getattr(args, "reshape_p", None), getattr(args, "recipe", RECIPE))
+                                getattr(args, "reshape_p", None), getattr(args, "recipe", RECIPE),
+                                getattr(args, "size", IMAGE_SIZE))
         if args.cmd in ("train", "all"):
             out = args.checkpoint if args.cmd == "all" else args.out
             pipeline.train_checkpoint(args.data, out, pipeline.train_options(args), init=args.init)

@@ -76,6 +76,8 @@ TRAIN_OBJECTS_P = 0.3
 RECIPES = (2, 3, 4, 5)
 RECIPE = 4
 IMAGE_SIZE = 96
+#: The smallest frame side ``make_split`` draws (its placements need room); a model's input is a multiple of 32.
+MIN_IMAGE_SIZE = 32
 #: Generated training backgrounds of the fifth recipe (:func:`procedural_texture`): value noise, gratings, mosaics
 #: and blobs in random palettes, so that no photo's look is a cue; a pure function of their index.
 PROCEDURAL_TEXTURES = 12
@@ -219,6 +221,16 @@ def _paste_digit(rng: np.random.Generator, canvas: np.ndarray, digit: np.ndarray
     region[:] = region * (1 - alpha) + ink * alpha
 
 
+def _px(size: int, pixels: float) -> float:
+    """A length drawn for a frame of ``IMAGE_SIZE`` px, scaled to a frame of ``size`` px (the same at the default)."""
+    return pixels * (size / IMAGE_SIZE)  # exactly ``pixels`` at the default size: old splits are redrawn bit for bit
+
+
+def _thick(size: int, pixels: int) -> int:
+    """A line thickness drawn for ``IMAGE_SIZE`` px frames, scaled to ``size`` px (at least one pixel)."""
+    return max(1, round(_px(size, pixels)))
+
+
 def _distractor(rng: np.random.Generator, canvas: np.ndarray) -> None:
     """Strokes that are not digits, so "no digit" is not just "no edges"."""
     size = canvas.shape[0]
@@ -226,7 +238,7 @@ def _distractor(rng: np.random.Generator, canvas: np.ndarray) -> None:
         p1 = tuple(int(v) for v in rng.integers(0, size, 2))
         p2 = tuple(int(v) for v in rng.integers(0, size, 2))
         colour = tuple(float(v) for v in rng.uniform(0, 255, 3))
-        cv2.line(canvas, p1, p2, colour, int(rng.integers(1, 4)))
+        cv2.line(canvas, p1, p2, colour, _thick(size, int(rng.integers(1, 4))))
 
 
 def _clutter(rng: np.random.Generator, canvas: np.ndarray) -> None:
@@ -235,7 +247,7 @@ def _clutter(rng: np.random.Generator, canvas: np.ndarray) -> None:
     size = canvas.shape[0]
     for _ in range(rng.integers(1, 4)):
         colour = tuple(float(v) for v in rng.uniform(0, 255, 3))
-        thick = int(rng.integers(1, 5))
+        thick = _thick(size, int(rng.integers(1, 5)))
         centre = tuple(int(v) for v in rng.integers(0, size, 2))
         kind = rng.integers(0, 4)
         if kind == 0:  # ring or ellipse, maybe partial
@@ -266,9 +278,9 @@ def _round_objects(rng: np.random.Generator, canvas: np.ndarray) -> None:
         angle = float(rng.uniform(0, 180))
         start = float(rng.uniform(0, 360))
         span = 360.0 if rng.random() < 0.5 else float(rng.uniform(120, 360))
-        thick = -1 if rng.random() < 0.25 else int(rng.integers(3, 16))
+        thick = -1 if rng.random() < 0.25 else _thick(size, int(rng.integers(3, 16)))
         cv2.ellipse(mask, centre, axes, angle, start, start + span, 1.0, thick, cv2.LINE_AA)
-        soft = cv2.GaussianBlur(mask, (0, 0), float(rng.uniform(0.5, 2.0)))
+        soft = cv2.GaussianBlur(mask, (0, 0), _px(size, float(rng.uniform(0.5, 2.0))))
         g = np.clip(0.5 + rng.uniform(-1, 1) * (xx - 0.5) + rng.uniform(-1, 1) * (yy - 0.5), 0, 1)[..., None]
         c1, c2 = rng.uniform(0, 255, 3), rng.uniform(0, 255, 3)
         shade = c1 * (1 - g) + c2 * g
@@ -278,8 +290,8 @@ def _round_objects(rng: np.random.Generator, canvas: np.ndarray) -> None:
             hi = np.zeros((size, size), np.float32)
             s0 = float(rng.uniform(0, 360))
             cv2.ellipse(hi, centre, axes, angle, s0, s0 + float(rng.uniform(30, 120)), 1.0,
-                        int(rng.integers(1, 4)), cv2.LINE_AA)
-            hi = cv2.GaussianBlur(hi, (0, 0), 1.0)[..., None] * rng.uniform(0.5, 1.0)
+                        _thick(size, int(rng.integers(1, 4))), cv2.LINE_AA)
+            hi = cv2.GaussianBlur(hi, (0, 0), _px(size, 1.0))[..., None] * rng.uniform(0.5, 1.0)
             canvas[:] = canvas * (1 - hi) + 255.0 * hi
 
 
@@ -291,7 +303,7 @@ def _degrade(rng: np.random.Generator, img: np.ndarray) -> np.ndarray:
         img[y : y + ph, x : x + pw] = rng.uniform(0, 255, 3)
     sigma = rng.uniform(0, 1.4)
     if sigma > 0.3:
-        img = cv2.GaussianBlur(img, (0, 0), sigma)
+        img = cv2.GaussianBlur(img, (0, 0), _px(size, sigma))
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32) / size
     gx, gy = rng.uniform(-0.5, 0.5, 2)
     light = rng.uniform(0.6, 1.3) * (1 + gx * (xx - 0.5) + gy * (yy - 0.5))
@@ -354,12 +366,17 @@ def procedural_texture(index: int, size: int = 384) -> np.ndarray:
 
 
 def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
-               reshape_p: float | None = None, digit_split: str | None = None, recipe: int = RECIPE) -> DemoSplit:
+               reshape_p: float | None = None, digit_split: str | None = None, recipe: int = RECIPE,
+               size: int = IMAGE_SIZE) -> DemoSplit:
     """Build ``count`` samples of ``split``; about 1/11 of them are "no digit".  ``recipe`` (see ``RECIPES``) says
     how training frames are drawn; an older recipe's split comes out exactly as that recipe drew it.
     ``reshape_p`` overrides the share of training digits redrawn (``TRAIN_RESHAPE_P`` from recipe 3, else 0).
     ``digit_split`` draws the digits from another split's share, never redrawn (a diagnosis: frames of this
-    split's photos, drawn the same way, with digits the model trained on)."""
+    split's photos, drawn the same way, with digits the model trained on).  ``size`` is the frames' side in
+    pixels: every placement scales with it, so a larger size draws the same kind of scene with more pixels (not the
+    same frames: the random draws depend on it; at the default the frames are exactly as before)."""
+    if size < MIN_IMAGE_SIZE:
+        raise ValueError(f"frame size {size} px is too small; the smallest is {MIN_IMAGE_SIZE}")
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe}; choose from {RECIPES}")
     if reshape_p is None:
@@ -370,15 +387,15 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
     photos = load_backgrounds(background_names(split, recipe))
     i = SPLITS.index(digit_split or split)
     lo_f, hi_f = sum(DIGIT_SPLIT_FRACTIONS[:i]), sum(DIGIT_SPLIT_FRACTIONS[: i + 1])
-    images = np.empty((count, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8)
+    images = np.empty((count, size, size, 3), np.uint8)
     labels = rng.integers(0, len(CLASS_NAMES), count)
     digit_ids = np.full(count, -1, np.int64)
     bgs = rng.integers(0, len(photos), count)
     for n in range(count):
-        canvas = _crop(rng, photos[bgs[n]], IMAGE_SIZE)
+        canvas = _crop(rng, photos[bgs[n]], size)
         if rng.random() < 0.5:  # blend in a second crop of the split's photos: more varied scenes
             w = rng.uniform(0.25, 0.6)
-            canvas = (1 - w) * canvas + w * _crop(rng, photos[rng.integers(0, len(photos))], IMAGE_SIZE)
+            canvas = (1 - w) * canvas + w * _crop(rng, photos[rng.integers(0, len(photos))], size)
         if split == "train" and rng.random() < TRAIN_CLUTTER_P:
             _clutter(rng, canvas)
         if split == "train" and recipe >= 4 and rng.random() < TRAIN_OBJECTS_P:
@@ -402,14 +419,15 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
 
 
 def build_demo_dataset(out_dir: Path, cache_dir: Path, counts: dict[str, int] | None = None,
-                       seed: int = 0, reshape_p: float | None = None, recipe: int = RECIPE) -> dict[str, Path]:
-    """Write ``{split}.npz`` for every split into ``out_dir`` and return their paths."""
+                       seed: int = 0, reshape_p: float | None = None, recipe: int = RECIPE,
+                       size: int = IMAGE_SIZE) -> dict[str, Path]:
+    """Write ``{split}.npz`` for every split into ``out_dir`` and return their paths (frames ``size`` px square)."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     digits = load_digits(fetch_mnist(cache_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for split in SPLITS:
-        data = make_split(split, counts[split], digits, seed, reshape_p, recipe=recipe)
+        data = make_split(split, counts[split], digits, seed, reshape_p, recipe=recipe, size=size)
         path = out_dir / f"{split}.npz"
         np.savez_compressed(path, images=data.images, labels=data.labels, digit_ids=data.digit_ids,
                             backgrounds=data.backgrounds, class_names=np.array(CLASS_NAMES),

@@ -67,7 +67,8 @@ def seen_vs_unseen(folder: Path, cache: Path, count: int = 2000, seed: int = 1) 
     digits = load_digits(fetch_mnist(cache))
     lines = [f"{'digits':<28} {'frames':>6}  " + "  ".join(f"exit {k + 1:>2}" for k in range(rt.num_exits))]
     for title, digit_split in (("seen in training", "train"), ("unseen (the test share)", "test")):
-        split = make_split("test", count, digits, seed=seed, digit_split=digit_split)
+        split = make_split("test", count, digits, seed=seed, digit_split=digit_split,
+                           size=rt.manifest.input.height)
         probs = np.stack([rt.all_exits(img) for img in split.images])
         has_digit = split.labels != NO_DIGIT
         acc = _accuracy(probs[has_digit], split.labels[has_digit])

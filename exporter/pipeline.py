@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from exporter import demo_data
 from exporter.datasets import demo_split_dataset, image_folder_dataset
-from exporter.train import EpochStats, TrainConfig, evaluate, train
+from exporter.train import DeviceError, EpochStats, TrainConfig, evaluate, resolve_device, train
 from exporter.vgg import ArchSpec, ThreeExitVGG
 
 log = logging.getLogger(__name__)
@@ -30,25 +30,33 @@ class ExportError(RuntimeError):
 class TrainOptions:
     arch: ArchSpec
     train: TrainConfig
+    #: Take the input size from the demo data's frames (``arch.input_size`` is then only the ImageFolder size).
+    size_from_data: bool = False
 
 
 def train_options(args: argparse.Namespace) -> TrainOptions:
-    arch = ArchSpec(config=args.config, width=args.width, input_size=demo_data.IMAGE_SIZE)
+    try:
+        arch = ArchSpec(config=args.config, width=args.width, input_size=args.input_size or demo_data.IMAGE_SIZE)
+        device = resolve_device(args.device)
+    except (ValueError, DeviceError) as exc:
+        raise ExportError(str(exc)) from exc
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                      loss_weights=tuple(args.loss_weights), seed=args.seed, threads=args.threads)
-    return TrainOptions(arch, cfg)
+                      loss_weights=tuple(args.loss_weights), seed=args.seed, threads=args.threads, device=device)
+    return TrainOptions(arch, cfg, size_from_data=args.input_size is None)
 
 
 def build_data(out: Path, cache: Path, counts: dict[str, int] | None, seed: int,
-               reshape_p: float | None = None, recipe: int = demo_data.RECIPE) -> None:
+               reshape_p: float | None = None, recipe: int = demo_data.RECIPE,
+               size: int = demo_data.IMAGE_SIZE) -> None:
     try:
-        demo_data.build_demo_dataset(out, cache, counts, seed, reshape_p, recipe)
-    except demo_data.DemoDataError as exc:
+        demo_data.build_demo_dataset(out, cache, counts, seed, reshape_p, recipe, size)
+    except (demo_data.DemoDataError, ValueError) as exc:
         raise ExportError(str(exc)) from exc
 
 
-def load_dataset(root: Path, split: str, input_size: int) -> tuple[Dataset[Any], list[str], str]:
-    """A split of the demo data (``root/split.npz``) or of an ImageFolder tree (``root/split/CLASS/*``)."""
+def load_dataset(root: Path, split: str, input_size: int | None) -> tuple[Dataset[Any], list[str], str]:
+    """A split of the demo data (``root/split.npz``, whose frames must be ``input_size`` px square unless that is
+    None) or of an ImageFolder tree (``root/split/CLASS/*``, resized to ``input_size``, 96 px if None)."""
     npz = root / f"{split}.npz"
     ds: Dataset[Any]
     if npz.is_file():
@@ -56,34 +64,50 @@ def load_dataset(root: Path, split: str, input_size: int) -> tuple[Dataset[Any],
             ds, names = demo_split_dataset(npz)
         except demo_data.DemoDataError as exc:
             raise ExportError(str(exc)) from exc
+        side = frame_size(ds)
+        if input_size is not None and side != input_size:
+            raise ExportError(f"{npz}: its frames are {side} px, the model takes {input_size} px; draw frames of "
+                              f"that size (python -m exporter data --size {input_size} --out DIR) and pass --data DIR")
         return ds, names, f"demo:{npz}"
     folder = root / split
     if folder.is_dir():
-        ds, names = image_folder_dataset(folder, input_size)
+        ds, names = image_folder_dataset(folder, input_size or demo_data.IMAGE_SIZE)
         return ds, names, f"imagefolder:{folder}"
     raise ExportError(f"{root}: no {split}.npz (demo data) and no {split}/ folder (ImageFolder); "
                       "build the demo data with 'python -m exporter data' or point --data at your frames")
 
 
+def frame_size(ds: Dataset[Any]) -> int:
+    """The side of a demo split's (square) frames."""
+    return int(ds.images.shape[1])  # type: ignore[attr-defined]
+
+
 def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
                      progress: Any = print, init: Path | None = None) -> ThreeExitVGG:
-    ds, names, source = load_dataset(data_root, "train", opts.arch.input_size)
-    arch = dataclasses.replace(opts.arch, num_classes=len(names))
+    ds, names, source = load_dataset(data_root, "train", None if opts.size_from_data else opts.arch.input_size)
+    size = frame_size(ds) if opts.size_from_data and source.startswith("demo:") else opts.arch.input_size
+    try:
+        arch = dataclasses.replace(opts.arch, input_size=size, num_classes=len(names))
+    except ValueError as exc:
+        raise ExportError(f"{data_root / 'train.npz'}: {exc}; draw the frames at such a size "
+                          "(python -m exporter data --size N)") from exc
     model = ThreeExitVGG(arch)
     history: list[Any] = []
     lineage: list[dict[str, Any]] = []
     seconds = 0.0
     if init is not None:
         start, ckpt = load_checkpoint(init)
-        if start.spec != arch:
+        if dataclasses.replace(start.spec, input_size=arch.input_size) != arch:
             raise ExportError(f"{init} holds {start.spec}, not the requested {arch}")
+        if start.spec.input_size != arch.input_size:  # every exit pools globally: the weights fit any input size
+            log.info("fine-tuning %s's %d px weights at %d px", init, start.spec.input_size, arch.input_size)
         model.load_state_dict(start.state_dict())
         history, seconds = list(ckpt["history"]), float(ckpt["train_seconds"])
         lineage = list(ckpt.get("lineage", [{"dataset": ckpt["dataset"], "epochs": len(history)}]))
         log.info("fine-tuning from %s (%d epochs already)", init, len(history))
-    log.info("training %s width %.3g on %s (%d samples), exits at %s of backbone FLOPs", arch.config,
-             arch.width, source, len(ds),  # type: ignore[arg-type]
-             [round(f, 3) for f in model.backbone_fractions[:2]])
+    log.info("training %s width %.3g at %d px on %s (%d samples, on %s), exits at %s of backbone FLOPs",
+             arch.config, arch.width, arch.input_size, source, len(ds),  # type: ignore[arg-type]
+             opts.train.device, [round(f, 3) for f in model.backbone_fractions[:2]])
     t0 = time.perf_counter()
     step = {"dataset": source, "epochs": opts.train.epochs, "lr": opts.train.lr,
             "fine_tuned_from": str(init) if init else None, "seed": opts.train.seed}
@@ -95,7 +119,7 @@ def train_checkpoint(data_root: Path, out: Path, opts: TrainOptions,
         partial = {"epochs_completed": len(done)} if len(done) < opts.train.epochs else {}
         payload = {
             "arch": dataclasses.asdict(arch),
-            "state_dict": net.state_dict(),
+            "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()},
             "class_names": names,
             "train_config": dataclasses.asdict(opts.train),
             "history": history + [dataclasses.asdict(h) for h in done],
@@ -133,11 +157,24 @@ def load_checkpoint(path: Path) -> tuple[ThreeExitVGG, dict[str, Any]]:
     return model, ckpt
 
 
-def score_checkpoints(paths: list[Path], data_root: Path, splits: tuple[str, ...] = ("calibration", "test")
-                      ) -> str:
+def at_input_size(model: ThreeExitVGG, size: int) -> ThreeExitVGG:
+    """The same weights in a network that takes ``size`` px frames (every exit pools globally, so they fit)."""
+    try:
+        resized = ThreeExitVGG(dataclasses.replace(model.spec, input_size=size))
+    except ValueError as exc:
+        raise ExportError(str(exc)) from exc
+    resized.load_state_dict(model.state_dict())
+    return resized.eval()
+
+
+def score_checkpoints(paths: list[Path], data_root: Path, splits: tuple[str, ...] = ("calibration", "test"),
+                      input_size: int | None = None) -> str:
     """A table of each checkpoint's per-exit accuracy on ``splits`` (eager PyTorch, eval mode): what decides which
-    of several candidates to export (choose on the calibration split; the test split is reported, not chosen on)."""
+    of several candidates to export (choose on the calibration split; the test split is reported, not chosen on).
+    ``input_size`` scores the weights at another input size than they were trained at."""
     models = [(p, *load_checkpoint(p)) for p in paths]
+    if input_size is not None:
+        models = [(p, at_input_size(m, input_size), c) for p, m, c in models]
     sizes = sorted({m.spec.input_size for _, m, _ in models})
     if len(sizes) != 1:
         raise ExportError(f"the checkpoints take different input sizes {sizes}; score them one at a time")

@@ -24,7 +24,7 @@ def joint_loss(logits: Sequence[torch.Tensor], target: torch.Tensor, weights: Se
     if len(logits) != len(weights):
         raise ValueError(f"{len(logits)} exits but {len(weights)} loss weights")
     return sum((w * nn.functional.cross_entropy(lg, target) for lg, w in zip(logits, weights, strict=True)),
-               start=torch.zeros(()))
+               start=torch.zeros((), device=target.device))
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,29 @@ class TrainConfig:
     seed: int = 0
     threads: int = 0  # 0: torch's default
     max_steps: int = 0  # 0: no cap (tests cap it)
+    device: str = "cpu"  # a torch device ("cuda" trains on the GPU; see resolve_device)
+
+
+class DeviceError(RuntimeError):
+    """The training device asked for is not there."""
+
+
+def resolve_device(name: str) -> str:
+    """``auto``: CUDA when this torch sees a GPU, else the CPU; ``cuda``/``cuda:N``: that GPU or an error (never a
+    silent fall back to a CPU run many times slower); ``cpu``: the CPU."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise DeviceError(f"--device {name}: this torch ({torch.__version__}, CUDA build "
+                              f"{torch.version.cuda or 'none'}) sees no CUDA GPU; use --device cpu or auto")
+        index = torch.device(name).index or 0
+        if index >= torch.cuda.device_count():
+            raise DeviceError(f"--device {name}: only {torch.cuda.device_count()} CUDA GPU(s) visible")
+        return name
+    if name == "cpu":
+        return name
+    raise DeviceError(f"--device {name!r}: choose auto, cpu, cuda or cuda:N")
 
 
 @dataclass
@@ -71,13 +94,17 @@ def evaluate(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor
 def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]], cfg: TrainConfig,
           progress: Callable[[str], None] = print,
           on_epoch: Callable[[ThreeExitVGG, list[EpochStats]], None] | None = None) -> TrainResult:
-    """Train all exits jointly; ``progress`` gets one line per logging step and per epoch, ``on_epoch`` the model
-    (in train mode) and the epochs so far after each epoch (to save it, so an interrupted run keeps them)."""
+    """Train all exits jointly on ``cfg.device``; ``progress`` gets one line per logging step and per epoch,
+    ``on_epoch`` the model (in train mode, on that device) and the epochs so far after each epoch (to save it, so an
+    interrupted run keeps them).  The model is back on the CPU, in eval mode, when this returns."""
     torch.manual_seed(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    device = torch.device(cfg.device)
+    model.to(device)
     gen = torch.Generator().manual_seed(cfg.seed)
-    loader = DataLoader(data, batch_size=cfg.batch_size, shuffle=True, generator=gen, drop_last=True)
+    loader = DataLoader(data, batch_size=cfg.batch_size, shuffle=True, generator=gen, drop_last=True,
+                        pin_memory=device.type == "cuda")
     steps_per_epoch = len(loader) if not cfg.max_steps else min(len(loader), cfg.max_steps)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch)
@@ -87,6 +114,7 @@ def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]],
         t0 = time.perf_counter()
         total, correct, seen = 0.0, [0, 0, 0], 0
         for step, (x, y) in enumerate(loader, 1):
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             x = random_shift(x, cfg.max_shift, gen)
             logits = model(x)
             loss = joint_loss(logits, y, cfg.loss_weights)
@@ -94,8 +122,9 @@ def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]],
             loss.backward()
             opt.step()
             sched.step()
-            result.step_losses.append(loss.item())
-            total += loss.item() * len(y)
+            value = loss.item()
+            result.step_losses.append(value)
+            total += value * len(y)
             seen += len(y)
             for k, lg in enumerate(logits):
                 correct[k] += int((lg.argmax(-1) == y).sum())
@@ -110,5 +139,6 @@ def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]],
         log.info("epoch %d done: loss %.4f", epoch, stats.loss)
         if on_epoch is not None:
             on_epoch(model, result.history)
+    model.to("cpu")
     model.eval()
     return result
