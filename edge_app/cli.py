@@ -14,10 +14,10 @@ log = logging.getLogger("edge_app")
 DEMO_TEST_SPLIT = Path("data/demo/test.npz")  # written by python -m exporter data
 
 
-def _runtime(cfg: AppConfig, threads: int | None = None):  # type: ignore[no-untyped-def]
+def _runtime(cfg: AppConfig, threads: int | None = None, folder: Path | None = None):  # type: ignore[no-untyped-def]
     from models.runtime import ModelRuntime
 
-    return ModelRuntime.load(cfg.model_path, providers=cfg.model.providers,
+    return ModelRuntime.load(folder or cfg.model_path, providers=cfg.model.providers,
                              threads=cfg.model.threads if threads is None else threads,
                              warmup=cfg.model.warmup_runs, cost_window=cfg.model.cost_window,
                              slowdown=cfg.model.emulated_slowdown, segment_ms=cfg.model.emulated_segment_ms)
@@ -52,7 +52,7 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     from edge_app.bench import bench_model, format_table
 
     cfg = load_config(args.config)
-    rt = _runtime(cfg, args.threads)
+    rt = _runtime(cfg, args.threads, args.model)
     print(f"model {rt.manifest.name} from {rt.folder} on {rt.providers}, "
           f"intra-op threads {args.threads if args.threads is not None else cfg.model.threads} (0 = default), "
           f"{args.frames} frames")
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, help="override [server] port")
     s.set_defaults(func=cmd_serve)
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
-    b.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    _model_args(b)
     b.add_argument("--frames", type=int, default=300)
     b.add_argument("--threads", type=int, help="override [model] threads")
     b.set_defaults(func=cmd_bench_model)

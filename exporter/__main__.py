@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"(default {RECIPE})")
     d.add_argument("--size", type=int, default=IMAGE_SIZE,
                    help=f"frame side in px (default {IMAGE_SIZE}); a model trained on them takes this input size")
+    d.add_argument("--shards", type=int, default=1,
+                   help="draw the training split as this many independent pieces in parallel processes (a different "
+                        "but equally drawn split; the same for a given number of shards on any machine)")
     d.add_argument("--reshape-p", type=float, default=None,
                    help="override the share of training digits redrawn (recipe 3 and later: 0.8)")
     t = sub.add_parser("train", help="train jointly and save a checkpoint")
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 counts = dict(zip(("train", "calibration", "test"), args.count, strict=True))
             pipeline.build_data(args.data if args.cmd == "all" else args.out, args.cache, counts, args.seed,
                                 getattr(args, "reshape_p", None), getattr(args, "recipe", RECIPE),
-                                getattr(args, "size", IMAGE_SIZE))
+                                getattr(args, "size", IMAGE_SIZE), getattr(args, "shards", 1))
         if args.cmd in ("train", "all"):
             out = args.checkpoint if args.cmd == "all" else args.out
             pipeline.train_checkpoint(args.data, out, pipeline.train_options(args), init=args.init)

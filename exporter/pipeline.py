@@ -47,9 +47,9 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
 
 def build_data(out: Path, cache: Path, counts: dict[str, int] | None, seed: int,
                reshape_p: float | None = None, recipe: int = demo_data.RECIPE,
-               size: int = demo_data.IMAGE_SIZE) -> None:
+               size: int = demo_data.IMAGE_SIZE, shards: int = 1) -> None:
     try:
-        demo_data.build_demo_dataset(out, cache, counts, seed, reshape_p, recipe, size)
+        demo_data.build_demo_dataset(out, cache, counts, seed, reshape_p, recipe, size, shards)
     except (demo_data.DemoDataError, ValueError) as exc:
         raise ExportError(str(exc)) from exc
 

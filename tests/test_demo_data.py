@@ -147,3 +147,17 @@ def test_ensemble_reads_the_last_two_exits(tiny_model_folder: Path, demo_data_di
     assert rows[1.0][1] == pytest.approx(100 * acc[1], abs=0.01)  # arithmetic, w = 1: exit 2 alone
     both = np.log(probs[:, 2]) + 0.5 * np.log(probs[:, 1])
     assert rows[0.5][0] == pytest.approx(100 * (both.argmax(-1) == labels).mean(), abs=0.01)
+
+
+def test_a_sharded_split_is_its_shards_drawn_apart_and_joined(demo_digits: list[np.ndarray]) -> None:
+    sharded = demo_data.draw_sharded("train", 7, demo_digits, seed=4, reshape_p=None, recipe=demo_data.RECIPE,
+                                     size=64, shards=2)
+    first = demo_data.make_split("train", 4, demo_digits, seed=4, size=64, shard=0)
+    second = demo_data.make_split("train", 3, demo_digits, seed=4, size=64, shard=1)
+    assert np.array_equal(sharded.images, np.concatenate([first.images, second.images]))
+    assert np.array_equal(sharded.labels, np.concatenate([first.labels, second.labels]))
+    assert not np.array_equal(first.images[:3], second.images)  # independent streams, not one drawn twice
+    plain = demo_data.make_split("train", 4, demo_digits, seed=4, size=64)
+    assert not np.array_equal(plain.images, first.images)
+    with pytest.raises(ValueError, match="at least 1"):
+        demo_data.draw_sharded("train", 7, demo_digits, 4, None, demo_data.RECIPE, 64, shards=0)

@@ -236,3 +236,16 @@ def test_manifest_shape_mismatch_with_the_onnx_file(model_copy: Path) -> None:
     _edit_manifest(model_copy, edit)
     with pytest.raises(ModelFolderError, match=r"segment1.onnx: outputs .* do not match the manifest"):
         ModelRuntime.load(model_copy)
+
+
+def test_bench_model_prints_segment_and_preprocess_latency(tiny_model_folder: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from edge_app.cli import main as edge_app_main
+
+    assert edge_app_main(["bench-model", "--model", str(tiny_model_folder), "--frames", "20"]) == 0
+    out = capsys.readouterr().out
+    assert f"from {tiny_model_folder}" in out
+    for row in ("pre-process 640x480", "segment 1 (-> exit 1)", "segment 3 (-> exit 3)",
+                "full depth (all segments, one frame)"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(row))
+        assert float(line[len(row):].split()[0]) > 0, line  # a median in ms

@@ -21,7 +21,7 @@ MNIST_CACHE = Path(__file__).resolve().parents[1] / "data" / "cache"
 @pytest.fixture(scope="module")
 def data64(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("demo64")
-    assert exporter_main(["data", "--size", "64", "--count", "128", "32", "32", "--seed", "2",
+    assert exporter_main(["data", "--size", "64", "--count", "128", "32", "32", "--seed", "2", "--shards", "2",
                           "--cache", str(MNIST_CACHE), "--out", str(out)]) == 0
     return out
 
@@ -30,7 +30,9 @@ def test_frames_are_drawn_at_the_size_asked(data64: Path, demo_digits: list[np.n
     from exporter.demo_data import make_split
 
     with np.load(data64 / "train.npz") as z:
-        assert z["images"].shape == (128, 64, 64, 3)
+        assert z["images"].shape == (128, 64, 64, 3) and int(z["shards"]) == 2  # drawn in two processes
+    with np.load(data64 / "test.npz") as z:
+        assert z["images"].shape == (32, 64, 64, 3) and int(z["shards"]) == 1
     big = make_split("test", 12, demo_digits, seed=3, size=192)
     assert big.images.shape == (12, 192, 192, 3)
     # the same kind of scene with more pixels: lighting and noise are drawn the same way, so the mean brightness of
