@@ -44,6 +44,8 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                         "ImageFolder)")
     p.add_argument("--device", default="auto",
                    help="auto (CUDA when torch sees a GPU, else CPU), cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="processes preparing batches (default 0: the training process does; on a GPU, ~8 keep it fed)")
 
 
 def _add_weights_arg(p: argparse.ArgumentParser) -> None:

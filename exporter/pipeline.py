@@ -41,7 +41,8 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
     except (ValueError, DeviceError) as exc:
         raise ExportError(str(exc)) from exc
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                      loss_weights=tuple(args.loss_weights), seed=args.seed, threads=args.threads, device=device)
+                      loss_weights=tuple(args.loss_weights), seed=args.seed, threads=args.threads, device=device,
+                      workers=args.workers)
     return TrainOptions(arch, cfg, size_from_data=args.input_size is None)
 
 

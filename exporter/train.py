@@ -39,6 +39,7 @@ class TrainConfig:
     threads: int = 0  # 0: torch's default
     max_steps: int = 0  # 0: no cap (tests cap it)
     device: str = "cpu"  # a torch device ("cuda" trains on the GPU; see resolve_device)
+    workers: int = 0  # DataLoader worker processes (0: frames are prepared in the training process)
 
 
 class DeviceError(RuntimeError):
@@ -104,7 +105,8 @@ def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]],
     model.to(device)
     gen = torch.Generator().manual_seed(cfg.seed)
     loader = DataLoader(data, batch_size=cfg.batch_size, shuffle=True, generator=gen, drop_last=True,
-                        pin_memory=device.type == "cuda")
+                        pin_memory=device.type == "cuda", num_workers=cfg.workers,
+                        persistent_workers=cfg.workers > 0)
     steps_per_epoch = len(loader) if not cfg.max_steps else min(len(loader), cfg.max_steps)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch)

@@ -52,12 +52,13 @@ def test_training_takes_its_input_size_from_the_frames_and_fine_tunes_across_siz
         data64: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
     start, _ = load_checkpoint(tiny_checkpoint)
     assert start.spec.input_size == 96
-    opts = TrainOptions(start.spec, TrainConfig(epochs=1, batch_size=32, max_steps=2, threads=2), size_from_data=True)
+    opts = TrainOptions(start.spec, TrainConfig(epochs=1, batch_size=32, max_steps=2, threads=2, workers=1),
+                        size_from_data=True)  # a worker process prepares the batches
     out = tmp_path / "at64.pt"
     train_checkpoint(data64, out, opts, progress=lambda _: None, init=tiny_checkpoint)
     model, ckpt = load_checkpoint(out)
     assert model.spec.input_size == 64 and ckpt["lineage"][-1]["fine_tuned_from"] == str(tiny_checkpoint)
-    assert ckpt["train_config"]["device"] == "cpu"
+    assert ckpt["train_config"]["device"] == "cpu" and ckpt["train_config"]["workers"] == 1
     # two steps from the 96 px weights, not from scratch: every tensor is still close to where it started
     before, after = start.state_dict(), model.state_dict()
     for name, w in after.items():
