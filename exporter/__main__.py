@@ -10,6 +10,8 @@
     python -m exporter ensemble --split data/select/calibration.npz  # would combining the last two exits help
     python -m exporter recover --model models/default --out build/default.pt  # fine-tune it further (--init)
     python -m exporter widen  --checkpoint build/a.pt --width 0.625 --out build/wide.pt  # same function, wider
+    python -m exporter data   --size 224 --shards 16 --out data/demo224   # larger frames, drawn on 16 cores
+    python -m exporter train  --init build/a.pt --data data/demo224 --device cuda   # fine-tune at 224 px on a GPU
 
 ``--data`` may also be a torchvision ImageFolder root with ``train/``,
 ``calibration/`` and ``test/`` sub-folders (each ``CLASS_NAME/*.jpg``).
