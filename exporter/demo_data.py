@@ -423,11 +423,6 @@ def make_split(split: str, count: int, digits: list[np.ndarray], seed: int = 0,
     return DemoSplit(images, labels.astype(np.int64), digit_ids, bgs)
 
 
-def _draw_shard(job: tuple[str, int, list[np.ndarray], int, float | None, int, int, int]) -> DemoSplit:
-    split, count, digits, seed, reshape_p, recipe, size, shard = job
-    return make_split(split, count, digits, seed, reshape_p, recipe=recipe, size=size, shard=shard)
-
-
 def draw_sharded(split: str, count: int, digits: list[np.ndarray], seed: int, reshape_p: float | None,
                  recipe: int, size: int, shards: int) -> DemoSplit:
     """``count`` frames of ``split`` drawn as ``shards`` independent pieces, each from its own random stream, in
@@ -437,11 +432,13 @@ def draw_sharded(split: str, count: int, digits: list[np.ndarray], seed: int, re
     if shards < 1:
         raise ValueError(f"shards must be at least 1, not {shards}")
     sizes = [count // shards + (b < count % shards) for b in range(shards)]
-    jobs = [(split, n, digits, seed, reshape_p, recipe, size, b) for b, n in enumerate(sizes)]
     workers = min(shards, os.cpu_count() or 1)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(make_split, split, n, digits, seed, reshape_p, recipe=recipe, size=size, shard=b)
+                   for b, n in enumerate(sizes)]
         parts = []
-        for b, part in enumerate(pool.map(_draw_shard, jobs)):
+        for b, future in enumerate(futures):
+            part = future.result()
             parts.append(part)
             log.info("%s: shard %d of %d drawn (%d frames)", split, b + 1, shards, len(part.labels))
     return DemoSplit(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(DemoSplit)))
