@@ -6,6 +6,9 @@
   its URL fragment (``/#token=...``, never sent to the server in the request line) or asks for it.
 * Offers per client: at most ``max_offers_per_minute`` offers per client address in any 60 s; more get
   429 with ``Retry-After``.
+* CORS: pages served from another origin may call the API only when ``[server] cors_origins`` names that origin
+  (or is ``["*"]``); their preflight ``OPTIONS`` is answered here, before the token check (browsers send no
+  ``Authorization`` on a preflight).  Empty (the default): same origin only, no CORS headers at all.
 * TLS: ``tls_cert`` + ``tls_key`` make ``edge-app serve`` speak HTTPS (browsers allow camera access only
   on secure origins, so a box serving other machines needs it).
 """
@@ -72,6 +75,38 @@ def auth_middleware(token: str) -> Middleware:
         return await handler(request)
 
     return check
+
+
+CORS_METHODS = "GET, POST, OPTIONS"
+CORS_HEADERS = "Authorization, Content-Type"
+
+
+def cors_middleware(origins: list[str]) -> Middleware:
+    """Answer CORS preflights and add ``Access-Control-Allow-Origin`` for the configured origins."""
+    allowed = set(origins)
+
+    def allows(origin: str) -> bool:
+        return "*" in allowed or origin in allowed
+
+    @web.middleware
+    async def cors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return await handler(request)
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            if not allows(origin):
+                return web.json_response({"error": f"origin {origin!r} is not in [server] cors_origins"},
+                                         status=403)
+            return web.Response(status=204, headers={
+                "Access-Control-Allow-Origin": origin, "Access-Control-Allow-Methods": CORS_METHODS,
+                "Access-Control-Allow-Headers": CORS_HEADERS, "Access-Control-Max-Age": "600", "Vary": "Origin"})
+        response = await handler(request)  # json_errors, inside this one, has made aiohttp's 4xx responses
+        if allows(origin):
+            response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Vary"] = "Origin"
+        return response
+
+    return cors
 
 
 class OfferRateLimiter:

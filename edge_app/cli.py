@@ -9,6 +9,7 @@ from pathlib import Path
 
 from edge_app.config import DEFAULT_CONFIG, AppConfig, ConfigError, load_config
 from models.errors import ModelError
+from streams.redact import RedactingFilter
 
 log = logging.getLogger("edge_app")
 DEMO_TEST_SPLIT = Path("data/demo/test.npz")  # written by python -m exporter data
@@ -27,7 +28,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from edge_app.access import TOKEN_ENV, effective_token, is_loopback, tls_context
-    from edge_app.server import create_app, serve_until_signalled
+    from edge_app.server import ListenError, create_app, serve_until_signalled
 
     cfg = load_config(args.config)
     host = args.host or cfg.server.host
@@ -42,9 +43,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     "(set [server] tls_cert and tls_key)", host)
     rt = _runtime(cfg)
     app = create_app(cfg, rt, token)
-    log.info("serving on %s://%s:%d/ (model %s on %s; %s)", "https" if tls else "http", host, port,
-             rt.manifest.name, rt.providers, "token required" if token else "no token")
-    asyncio.run(serve_until_signalled(app, host, port, tls, cfg.server.shutdown_timeout_s))
+    log.info("model %s on %s; %s", rt.manifest.name, rt.providers[0].removesuffix("ExecutionProvider"),
+             "token required" if token else "no token")
+    try:
+        asyncio.run(serve_until_signalled(app, host, port, tls, cfg.server.shutdown_timeout_s))
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -332,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # no secret reaches a log line, whoever wrote it
+        handler.addFilter(RedactingFilter())
     try:
         return int(args.func(args))
     except ConfigError as exc:

@@ -50,6 +50,21 @@ class ServerConfig(_Section):
     shutdown_timeout_s: float = Field(5.0, gt=0, le=120, description="bounded time to close peers on shutdown")
     peer_timeout_s: float = Field(10.0, ge=1, le=600, description="close a session whose data channel has "
                                   "answered no ping for this long (a peer that vanished without closing)")
+    connect_timeout_s: float = Field(15.0, ge=1, le=600, description="close a session that has not connected "
+                                     "(ICE + DTLS) this long after its offer, freeing its slot (a tab closed "
+                                     "mid-connect, a browser that cannot reach this box)")
+    cors_origins: list[str] = Field(default_factory=list, description="origins (scheme://host[:port]) of pages "
+                                    "served elsewhere that may call the API from a browser; empty: same origin only")
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        bad = [o for o in v if o != "*" and (not o.startswith(("http://", "https://")) or o.rstrip("/") != o
+                                             or o.count("/") != 2)]
+        if bad:
+            raise ValueError(f"each origin is scheme://host[:port] with no path or trailing slash, or \"*\"; "
+                             f"not {bad}")
+        return v
 
 
 class ModelConfig(_Section):
@@ -119,7 +134,9 @@ class SmoothingConfig(_Section):
 class CameraConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="what browsers ask for")
     url: str = Field(description="rtsp:// URL of the camera")
-    transport: Literal["tcp", "udp"] = Field("tcp", description="RTSP transport")
+    transport: Literal["auto", "tcp", "udp"] = Field("auto", description="RTSP transport: auto tries TCP "
+                                                     "(what cameras behind NAT need) and falls back to UDP when the "
+                                                     "camera refuses TCP")
     open_timeout_s: float = Field(5.0, gt=0, le=120, description="give up opening the stream after this long")
     read_timeout_s: float = Field(5.0, gt=0, le=120, description="a camera silent this long is reconnected")
     backoff_initial_s: float = Field(0.5, gt=0, le=60, description="first wait before reconnecting")

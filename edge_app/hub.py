@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,10 +24,12 @@ from edge_app.pipeline import AnalysisPipeline, NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
 from models.runtime import ModelRuntime
-from streams.aiortc_adapter import floor_remb
+from streams.aiortc_adapter import answer_as_dtls_server, floor_remb
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.redact import redact
 from streams.rtsp import Backoff, RtspCamera
+from streams.sdp_check import offer_problem
 from streams.webrtc import TrackReader
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class Hub:
         self.cameras: dict[str, RtspCamera] = {}
         self.camera_pipelines: dict[str, AnalysisPipeline] = {}
         self.sessions: dict[str, PeerSession] = {}
+        self.closed: dict[str, int] = {}  # sessions closed so far, by reason
         b = config.budget
         self._prior = NetworkView(snapshot(RttEstimator(b.rtt_prior_ms), BitrateEstimator(b.bitrate_prior_kbps * 1e3)),
                                   JSON_RESULT_BYTES)
@@ -86,75 +90,119 @@ class Hub:
 
     async def create_session(self, offer: RTCSessionDescription, camera: str | None, probe: bool
                              ) -> tuple[PeerSession, RTCSessionDescription]:
-        if len(self.sessions) >= self.config.server.max_sessions:
+        """Answer ``offer``; raise ``OfferRefused`` with the HTTP status and a reason when it cannot be used.
+
+        The session takes its slot before the first ``await`` (a burst of offers cannot overshoot
+        ``max_sessions``) and gives it back on every failure path (``close`` forgets it).
+        """
+        limit = self.config.server.max_sessions
+        if len(self.sessions) >= limit:
             raise OfferRefused(503, f"at capacity: {len(self.sessions)} sessions open "
-                                    f"([server] max_sessions = {self.config.server.max_sessions}); try again later")
+                                    f"([server] max_sessions = {limit}); try again later")
         if camera is not None and camera not in self.cameras:
             raise OfferRefused(404, f"no camera named {camera!r}; configured cameras: {sorted(self.cameras)}")
-        ice = [RTCIceServer(s.urls, s.username, s.credential) for s in self.config.server.ice_servers]
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
-        sid = uuid.uuid4().hex[:12]
-        session = PeerSession(sid, pc, self.config.budget, self.runtime.class_names, camera, probe,
-                              self.metrics.results_dropped.inc, self._forget,
-                              self.metrics.frames_dropped.labels(camera or "browser", "send").inc,
-                              peer_timeout_s=self.config.server.peer_timeout_s)
-
-        @pc.on("datachannel")
-        def on_datachannel(channel: Any) -> None:
-            session.attach_channel(channel)
-
-        @pc.on("track")
-        def on_track(track: Any) -> None:
-            if track.kind == "video" and camera is None and session.own_pipeline is None:
-                for t in pc.getTransceivers():
-                    if t.receiver.track is track:
-                        floor_remb(t.receiver, int(self.config.budget.min_receive_kbps * 1000))
-                slot: LatestSlot[SourceFrame] = LatestSlot()
-                source = f"browser-{sid}"
-                session.reader = TrackReader(track, slot, source)
-                session.own_pipeline = self._pipeline(source, "browser", slot, session.network_view, probe,
-                                                      uplink_from_frames=True)
-                session.watch(session.own_pipeline)
-                session.reader.start()
-                session.own_pipeline.start()
-            else:
-                session.drain(track)
-
-        @pc.on("connectionstatechange")
-        async def on_state() -> None:
-            log.info("session %s: connection %s", sid, pc.connectionState)
-            if pc.connectionState in ("failed", "closed"):
-                await session.close()
-
+        problem = offer_problem(offer.sdp)
+        if problem is not None:
+            raise OfferRefused(400, f"cannot use this SDP offer: {problem}")
+        session = self._new_session(camera, probe)
+        self.sessions[session.id] = session  # the slot is taken from here on
+        session.start()
         try:
-            await pc.setRemoteDescription(offer)
-            if camera is None and session.own_pipeline is None:
-                raise OfferRefused(400, "the offer sends no video track and names no camera: nothing to analyse "
-                                        "(add a video track, or ask for one of the configured cameras)")
-            if camera is not None:
-                session.watch(self.camera_pipelines[camera])
-            if any(t.kind == "video" for t in pc.getTransceivers()):
-                session.attach_outbound()
-            await pc.setLocalDescription(await pc.createAnswer())
+            answer = await self._answer(session, offer, camera)
         except OfferRefused:
             await session.close()
             raise
         except SDP_ERRORS as exc:
             await session.close()
-            raise OfferRefused(400, f"cannot use this SDP offer: {exc}") from exc
-        self.sessions[sid] = session
-        session.start()
-        log.info("session %s: %s, camera %s", sid, "analysing the browser's camera" if camera is None else "watching",
-                 camera)
-        return session, pc.localDescription
+            raise OfferRefused(400, f"cannot use this SDP offer: {redact(str(exc)) or type(exc).__name__}") from exc
+        except Exception as exc:  # aiortc raises what its parser happens to meet (AttributeError, AssertionError)
+            await session.close()
+            log.warning("session %s: aiortc could not use the offer (%s: %s)", session.id, type(exc).__name__,
+                        redact(str(exc)))
+            raise OfferRefused(400, f"cannot use this SDP offer ({type(exc).__name__}: {redact(str(exc))})") from exc
+        log.info("session %s: %s, camera %s", session.id,
+                 "analysing the browser's camera" if camera is None else "watching", camera)
+        return session, answer
 
-    async def _forget(self, session: PeerSession) -> None:
+    def _new_session(self, camera: str | None, probe: bool) -> PeerSession:
+        ice = [RTCIceServer(s.urls, s.username, s.credential) for s in self.config.server.ice_servers]
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
+        srv = self.config.server
+        session = PeerSession(uuid.uuid4().hex[:12], pc, self.config.budget, self.runtime.class_names, camera, probe,
+                              self.metrics.results_dropped.inc, self._forget,
+                              self.metrics.frames_dropped.labels(camera or "browser", "send").inc,
+                              peer_timeout_s=srv.peer_timeout_s, connect_timeout_s=srv.connect_timeout_s,
+                              source_state=None if camera is None else lambda: self.camera_state(camera))
+        pc.on("datachannel", session.attach_channel)
+        pc.on("connectionstatechange", session.on_connection_state)
+        pc.on("iceconnectionstatechange", session.on_ice_state)
+        return session
+
+    async def _answer(self, session: PeerSession, offer: RTCSessionDescription, camera: str | None
+                      ) -> RTCSessionDescription:
+        """Wire the session to its tracks and make the answer.
+
+        Only the tracks the app uses are received: the browser's first video track (when it analyses its own
+        camera) and one video m-line to send the annotated video on.  Every other m-line (audio, more video) is
+        answered ``inactive``, so nothing is decoded for it.
+        """
+        pc = session.pc
+        offered: list[Any] = []
+        pc.on("track", offered.append)
+        await pc.setRemoteDescription(offer)
+        answer_as_dtls_server(pc)  # peers with RSA certificates (GStreamer's webrtcbin) need aiortc as DTLS server
+        video = [t for t in pc.getTransceivers() if t.kind == "video"]
+        analysed = next((t for t in video if t.receiver.track is not None and t.receiver.track in offered), None)
+        if camera is None:
+            if analysed is None:
+                raise OfferRefused(400, "the offer sends no video track and names no camera: nothing to analyse "
+                                        "(add a video track, or ask for one of the configured cameras)")
+            self._analyse_browser_camera(session, analysed)
+        else:
+            session.watch(self.camera_pipelines[camera])
+        used = set()
+        if video:
+            session.attach_outbound()
+            used.add(next(t for t in pc.getTransceivers() if t.sender is session.video_sender))
+        if camera is None and analysed is not None:
+            used.add(analysed)
+        for t in pc.getTransceivers():
+            if t not in used:
+                t.direction = "inactive"
+            elif camera is not None or t is not analysed:
+                t.direction = "sendonly"  # a camera viewer's own video would be decoded for nothing
+        await pc.setLocalDescription(await pc.createAnswer())
+        return pc.localDescription
+
+    def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
+        floor_remb(transceiver.receiver, int(self.config.budget.min_receive_kbps * 1000))
+        slot: LatestSlot[SourceFrame] = LatestSlot()
+        source = f"browser-{session.id}"
+        session.reader = TrackReader(transceiver.receiver.track, slot, source)
+        session.own_pipeline = self._pipeline(source, "browser", slot, session.network_view, session.probe,
+                                              uplink_from_frames=True)
+        session.watch(session.own_pipeline)
+        session.reader.start()
+        session.own_pipeline.start()
+
+    def camera_state(self, name: str) -> tuple[str, str | None]:
+        """A camera's state for its viewers: ("streaming", None), or ("reconnecting", why) with the reason redacted."""
+        cam = self.cameras[name]
+        if cam.state == "streaming":
+            return "streaming", None
+        return ("reconnecting" if cam.state in ("connecting", "backoff") else cam.state), cam.last_error
+
+    async def _forget(self, session: PeerSession, reason: str | None) -> None:
         self.sessions.pop(session.id, None)
+        if reason is not None:
+            self.closed[reason] = self.closed.get(reason, 0) + 1
+            self.metrics.sessions_closed.labels(reason).inc()
+            log.info("session %s: closed (%s) after %.1f s", session.id, reason, time.monotonic() - session.created_s)
 
     async def stop(self) -> None:
         timeout = self.config.server.shutdown_timeout_s
         log.info("shutdown: closing %d session(s) and %d camera(s)", len(self.sessions), len(self.cameras))
-        closers = [s.close() for s in list(self.sessions.values())]
+        closers = [s.close("shutdown") for s in list(self.sessions.values())]
         closers += [p.stop() for p in self.camera_pipelines.values()]
         closers += [c.stop() for c in self.cameras.values()]
         try:
@@ -167,6 +215,7 @@ class Hub:
     def status(self) -> dict[str, Any]:
         return {
             "sessions": [s.status() for s in self.sessions.values()],
+            "sessions_closed": dict(sorted(self.closed.items())),
             "cameras": [self._camera_status(name) for name in self.cameras],
         }
 
@@ -174,8 +223,10 @@ class Hub:
         cam, pipe = self.cameras[name], self.camera_pipelines[name]
         last = pipe.last
         return {
-            "name": name, "state": cam.state, "transport": cam.transport, "frames": cam.frames,
-            "reconnects": cam.reconnects, "connects": cam.connects, "last_error": cam.last_error,
+            "name": name, "url": cam.safe_url, "state": cam.state, "transport": cam.transport,
+            "transport_in_use": cam.transport_in_use, "frames": cam.frames,
+            "reconnects": cam.reconnects, "connects": cam.connects,
+            "last_error": None if cam.last_error is None else redact(cam.last_error),
             "resolution": cam.resolution, "frames_analysed": pipe.analysed, "frames_dropped_stale": pipe.slot.dropped,
             "analysis_errors": pipe.errors, "deadline_misses": pipe.deadline_misses,
             "viewers": sum(1 for s in self.sessions.values() if s.camera == name),

@@ -58,6 +58,9 @@ class Metrics:
                                   "(edge_app.stallwatch; over 0.25 s is logged as a stall)",
                                   buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5), registry=r)
         self.offers = Counter("edge_offers", "WebRTC offers by outcome", ["outcome"], registry=r)
+        self.sessions_closed = Counter("edge_sessions_closed", "Peer sessions closed, by reason (connect-timeout, "
+                                       "ice-failed, dtls-failed, peer-gone, closed, shutdown)", ["reason"],
+                                       registry=r)
         info = Gauge("edge_model_info", "The loaded model and the ONNX Runtime provider in use",
                      ["model", "provider"], registry=r)
         info.labels(model_name, providers[0]).set(1)

@@ -9,6 +9,7 @@ plus ``"session"``), ``/healthz``, ``/status`` (JSON), ``/metrics``
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -24,13 +25,14 @@ from aiortc import RTCSessionDescription
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edge_app.access import OfferRateLimiter, auth_middleware, effective_token
+from edge_app.access import OfferRateLimiter, auth_middleware, cors_middleware, effective_token
 from edge_app.config import AppConfig
 from edge_app.hub import Hub, OfferRefused
 from edge_app.metrics import Metrics
 from edge_app.stallwatch import StallWatch
 from models.runtime import ModelRuntime
-from streams.ice import restrict_host_addresses
+from streams.ice import machine_host_addresses, restrict_host_addresses
+from streams.redact import add_secret, add_url_secrets
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +48,10 @@ MAX_BODY_BYTES = 256 * 1024
 
 
 class Offer(BaseModel):
-    """The body of ``POST /offer``."""
+    """The body of ``POST /offer``.  Keys it does not know are ignored (logged at debug): clients we did not
+    write send their own (aiortc's example page: ``video_transform``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
     sdp: str = Field(min_length=1, max_length=MAX_OFFER_BYTES)
     type: str = Field(pattern="^offer$")
     camera: str | None = Field(None, max_length=64, description="watch this configured camera")
@@ -107,13 +110,28 @@ async def status(request: web.Request) -> web.Response:
         "model": model_status(app[RUNTIME_KEY]),
         "policy": cfg.policy.model_dump(mode="json"),
         "budget": cfg.budget.model_dump(mode="json"),
-        "limits": {"max_sessions": cfg.server.max_sessions},
+        "limits": {"max_sessions": cfg.server.max_sessions, "connect_timeout_s": cfg.server.connect_timeout_s,
+                   "peer_timeout_s": cfg.server.peer_timeout_s},
         "ice_servers": [{"urls": s.urls} for s in cfg.server.ice_servers],  # credentials stay on the server
         **app[HUB_KEY].status(),
     })
 
 
 async def offer(request: web.Request) -> web.Response:
+    """``POST /offer``; every outcome is counted in ``edge_offers_total``, aiohttp's own refusals (413) too."""
+    metrics = request.app[METRICS_KEY]
+    try:
+        return await _answer_offer(request)
+    except web.HTTPException as exc:
+        metrics.offers.labels("bad-request" if 400 <= exc.status < 500 else f"error-{exc.status}").inc()
+        raise
+    except Exception:
+        metrics.offers.labels("error").inc()
+        log.exception("offer from %s: unexpected error", request.remote)
+        return json_error(500, "internal error answering the offer (the server log has the details)")
+
+
+async def _answer_offer(request: web.Request) -> web.Response:
     metrics = request.app[METRICS_KEY]
     client = request.remote or "unknown"
     retry = request.app[LIMITER_KEY].check(client)
@@ -129,10 +147,15 @@ async def offer(request: web.Request) -> web.Response:
     try:
         raw = await request.json()
         body = Offer.model_validate(raw)
+    except RecursionError:
+        metrics.offers.labels("bad-request").inc()
+        return json_error(400, "invalid offer: the JSON is nested too deeply")
     except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError are both ValueErrors
         metrics.offers.labels("bad-request").inc()
         reason = exc.errors(include_url=False) if isinstance(exc, ValidationError) else f"body is not JSON: {exc}"
         return web.json_response({"error": "invalid offer", "details": reason}, status=400)
+    if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(Offer.model_fields))):
+        log.debug("offer from %s: ignoring keys %s", client, [k[:40] for k in unknown[:10]])
     try:
         session, answer = await request.app[HUB_KEY].create_session(
             RTCSessionDescription(sdp=body.sdp, type=body.type), body.camera, body.probe)
@@ -153,6 +176,10 @@ async def _start_hub(app: web.Application) -> None:
     if hosts:
         restrict_host_addresses(hosts)
         log.info("ICE host candidates restricted to %s", hosts)
+    elif not machine_host_addresses():
+        restrict_host_addresses(["127.0.0.1"])
+        log.info("this machine has no network address but loopback: ICE offers 127.0.0.1 (browsers on this "
+                 "machine only)")
     await app[HUB_KEY].start()
 
 
@@ -167,11 +194,22 @@ async def _watch_loop(app: web.Application) -> AsyncIterator[None]:
     await watch.stop()
 
 
+def register_secrets(cfg: AppConfig, token: str | None) -> None:
+    """Everything secret in the configuration, for ``streams.redact`` to mask wherever it would be printed."""
+    add_secret(token)
+    for server in cfg.server.ice_servers:
+        add_secret(server.credential)
+    for cam in cfg.cameras:
+        add_url_secrets(cam.url)
+
+
 def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = None) -> web.Application:
     """The application; ``token`` (default: ``effective_token(config)``) guards all but the page and /healthz."""
     token = effective_token(config) if token is None else token
+    register_secrets(config, token)
     guards = [auth_middleware(token)] if token else []
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[json_errors, *guards])
+    cors = [cors_middleware(config.server.cors_origins)] if config.server.cors_origins else []
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[*cors, json_errors, *guards])
     app[LIMITER_KEY] = OfferRateLimiter(config.server.max_offers_per_minute)
     app[CONFIG_KEY] = config
     app[RUNTIME_KEY] = runtime
@@ -189,6 +227,18 @@ def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = Non
     app.router.add_post("/offer", offer)
     app.router.add_static("/static/", STATIC_DIR)
     return app
+
+
+class ListenError(Exception):
+    """The server cannot listen on the address asked for; the message says why and what to do."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        why = {errno.EADDRINUSE: "the port is already in use (another edge-app, or another program)",
+               errno.EACCES: "permission denied (ports below 1024 need root)",
+               errno.EADDRNOTAVAIL: f"this machine has no address {host} (check [server] host or --host)"}
+        reason = why.get(exc.errno or 0, exc.strerror or str(exc))
+        super().__init__(f"cannot listen on {host}:{port}: {reason}; pick another port with --port N or "
+                         f"[server] port in the config file")
 
 
 class ShutdownSignals:
@@ -219,9 +269,13 @@ async def serve_until_signalled(app: web.Application, host: str, port: int, ssl_
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=min(shutdown_timeout_s, 5.0))
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ListenError(host, port, exc) from exc
     bound = [s.getsockname()[:2] for s in getattr(site._server, "sockets", None) or []]
-    log.info("listening on %s", ", ".join(f"{'https' if ssl_context else 'http'}://{h}:{p}/" for h, p in bound))
+    log.info("serving on %s", ", ".join(f"{'https' if ssl_context else 'http'}://{h}:{p}/" for h, p in bound))
     await signals.requested.wait()
     t0 = time.monotonic()
     try:

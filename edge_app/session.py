@@ -6,6 +6,12 @@ analysis.  Either way it gets the annotated video on its outbound track
 (when its offer has a video m-line) and one JSON result per frame on the
 data channel the browser opened (when it opened one).
 
+Lifecycle: a session that has not connected ``connect_timeout_s`` after its
+offer is closed (``connect-timeout``); ICE failing closes it at once
+(``ice-failed``); a peer that stops answering pings is closed after
+``peer_timeout_s`` (``peer-gone``); a peer that closes is ``closed``.  The
+reason goes to ``on_closed`` once, whoever asks first.
+
 Network estimate: RTT samples from each RTCP receiver report on the video we
 send back (``streams.aiortc_adapter.tap_rtcp_rtt``, about one a second) and
 from ping/pong messages on the data channel (four a second, so a step in the
@@ -17,7 +23,6 @@ configured priors are used.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -25,13 +30,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpSender
-from aiortc.mediastreams import MediaStreamError
 
 from edge_app.budget import expected_frame_bytes
 from edge_app.config import BudgetConfig
 from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
 from streams.aiortc_adapter import receiver_bitrate_estimate_bps, sender_target_bitrate_bps, tap_rtcp_rtt
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.redact import redact
 from streams.webrtc import OutboundVideoTrack, TrackReader
 
 log = logging.getLogger(__name__)
@@ -41,13 +46,19 @@ PING_S = 0.25  # data-channel ping interval: RTT samples between receiver report
 MAX_BUFFERED_BYTES = 256 * 1024  # results beyond this are dropped (and counted), not queued
 MAX_MESSAGE_BYTES = 4096  # the client sends only small control messages
 JSON_RESULT_BYTES = 1200.0  # what one result costs on the wire, for data-channel-only viewers
+CLOSE_REASONS = ("connect-timeout", "ice-failed", "dtls-failed", "peer-gone", "closed", "shutdown")
+CONNECT_HINT = ("no network path between the browser and this box: for a browser on the same machine set [server] "
+                "ice_host_addresses = [\"127.0.0.1\"]; for other machines serve HTTPS (tls_cert, tls_key) on an "
+                "address they reach, or add a TURN server to [server] ice_servers")
+SourceState = Callable[[], tuple[str, str | None]]  # a watched camera's (state, reason), reason already redacted
 
 
 class PeerSession:
     def __init__(self, sid: str, pc: RTCPeerConnection, budget: BudgetConfig, class_names: list[str],
                  camera: str | None, probe: bool, on_result_dropped: Callable[[], None],
-                 on_closed: Callable[[PeerSession], Awaitable[None]],
-                 on_video_dropped: Callable[[], None] | None = None, peer_timeout_s: float = 10.0) -> None:
+                 on_closed: Callable[[PeerSession, str | None], Awaitable[None]],
+                 on_video_dropped: Callable[[], None] | None = None, peer_timeout_s: float = 10.0,
+                 connect_timeout_s: float = 15.0, source_state: SourceState | None = None) -> None:
         self.id = sid
         self.pc = pc
         self.camera = camera
@@ -71,6 +82,12 @@ class PeerSession:
         self._sent_at_poll = (self.created_s, 0)
         self._pings: dict[int, float] = {}
         self.peer_timeout_s = peer_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.connected_after_s: float | None = None
+        self.close_reason: str | None = None
+        self.send_errors = 0
+        self._source_state = source_state
+        self._source_sent: tuple[str, str | None] | None = None
         self._last_heard: float | None = None  # last message from the peer on the data channel
         self._closer: asyncio.Task[None] | None = None
         self._ping_id = 0
@@ -97,16 +114,35 @@ class PeerSession:
         channel.on("message", self._on_message)
 
     def start(self) -> None:
+        """Start the connect timer at once (the offer is being answered) and the network poll."""
+        self._tasks.append(asyncio.create_task(self._watch_connect(), name=f"connect-{self.id}"))
         self._tasks.append(asyncio.create_task(self._poll_network(), name=f"netpoll-{self.id}"))
 
-    def drain(self, track: Any) -> None:
-        """Consume a track we do not analyse (audio, or video from a camera watcher) so aiortc's queue stays empty."""
-        async def pull() -> None:
-            with contextlib.suppress(MediaStreamError):
-                while True:
-                    await track.recv()
+    def on_connection_state(self) -> None:
+        """The peer connection's state changed: note when it connected; close it when it failed or closed."""
+        state = self.pc.connectionState
+        if state == "connected" and self.connected_after_s is None:
+            self.connected_after_s = time.monotonic() - self.created_s
+        elif state in ("failed", "closed"):
+            reason = "closed" if state == "closed" else (
+                "ice-failed" if self.pc.iceConnectionState == "failed" else "dtls-failed")
+            self._close_soon(reason)
 
-        self._tasks.append(asyncio.create_task(pull(), name=f"drain-{self.id}-{track.kind}"))
+    def on_ice_state(self) -> None:
+        if self.pc.iceConnectionState == "failed":
+            self._close_soon("ice-failed")
+
+    def _close_soon(self, reason: str) -> None:
+        if self._closer is None and not self._closing:
+            self._closer = asyncio.create_task(self.close(reason), name=f"close-{self.id}")
+
+    async def _watch_connect(self) -> None:
+        await asyncio.sleep(self.connect_timeout_s)
+        if self.connected_after_s is None and not self._closing:
+            log.warning("session %s: not connected %.0f s after its offer (ICE %s, connection %s): closing it. "
+                        "Likely %s", self.id, self.connect_timeout_s, self.pc.iceConnectionState,
+                        self.pc.connectionState, CONNECT_HINT)
+            self._close_soon("connect-timeout")
 
     # --- outputs -------------------------------------------------------------------------------------------
 
@@ -123,13 +159,19 @@ class PeerSession:
         msg["session"] = self.id
         msg["rtt_source"] = self.rtt_source
         msg["receive_estimate_bps"] = self.receive_estimate_bps
-        ch.send(json.dumps(msg, separators=(",", ":")))
-        self.results_sent += 1
+        if self._send(msg):
+            self.results_sent += 1
+        else:
+            self._on_result_dropped()
 
     def _on_message(self, message: object) -> None:
         self._last_heard = time.monotonic()  # anything at all shows the peer is still there
         if not isinstance(message, str) or len(message) > MAX_MESSAGE_BYTES:
             self._reject("messages must be JSON text under 4 KiB")
+            return
+        if message.startswith("ping") and not message.startswith("ping{"):
+            # aiortc's example client (examples/server/client.js) sends "ping <time>" and expects "pong <time>"
+            self._send_text("pong" + message[4:])
             return
         try:
             msg = json.loads(message)
@@ -151,9 +193,33 @@ class PeerSession:
         log.info("session %s: bad data-channel message: %s", self.id, reason)
         self._send({"type": "error", "reason": reason})
 
-    def _send(self, msg: dict[str, Any]) -> None:
-        if self.channel is not None and self.channel.readyState == "open":
-            self.channel.send(json.dumps(msg))
+    def _send(self, msg: dict[str, Any]) -> bool:
+        return self._send_text(json.dumps(msg, separators=(",", ":")))
+
+    def _send_text(self, text: str) -> bool:
+        """Send on the data channel if it is open; False (and one log line per session) when the peer refuses it."""
+        ch = self.channel
+        if ch is None or ch.readyState != "open":
+            return False
+        try:
+            ch.send(text)
+        except ValueError as exc:  # over the peer's a=max-message-size
+            self.send_errors += 1
+            if self.send_errors == 1:
+                log.warning("session %s: the peer refuses a %d-byte message (%s); such messages are dropped",
+                            self.id, len(text.encode()), exc)
+            return False
+        return True
+
+    def _report_source(self) -> None:
+        """Tell a camera viewer when its camera's state changes: {"type": "source", "state", "reason"}."""
+        if self._source_state is None or self.channel is None or self.channel.readyState != "open":
+            return
+        state = self._source_state()
+        message = {"type": "source", "camera": self.camera, "state": state[0],
+                   "reason": None if state[1] is None else redact(state[1])}
+        if state != self._source_sent and self._send(message):
+            self._source_sent = state
 
     # --- network estimate -----------------------------------------------------------------------------------
 
@@ -189,6 +255,7 @@ class PeerSession:
                 fps = (self.outbound.sent - n0) / max(now - t0, 1e-3)
                 self._fps = fps if self._fps == 0 else 0.7 * self._fps + 0.3 * fps
                 self._sent_at_poll = (now, self.outbound.sent)
+            self._report_source()
             if now - last_ping >= PING_S and self.channel is not None and self.channel.readyState == "open":
                 if self._last_heard is None:
                     self._last_heard = now  # the clock starts with the first ping
@@ -196,7 +263,7 @@ class PeerSession:
                     log.warning("session %s: no answer on the data channel for %.0f s: the peer is gone, closing",
                                 self.id, now - self._last_heard)
                     self.timed_out = True
-                    self._closer = asyncio.create_task(self.close(), name=f"close-{self.id}")
+                    self._close_soon("peer-gone")
                     return
                 last_ping = now
                 self._ping_id += 1
@@ -211,6 +278,8 @@ class PeerSession:
         return {
             "id": self.id,
             "state": self.pc.connectionState,
+            "ice_state": self.pc.iceConnectionState,
+            "connected_after_s": None if self.connected_after_s is None else round(self.connected_after_s, 2),
             "camera": self.camera,
             "sends_video": self.own_pipeline is not None,
             "receives_video": self.outbound is not None,
@@ -226,13 +295,19 @@ class PeerSession:
             "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
             "frames_dropped_stale": self.own_pipeline.slot.dropped if self.own_pipeline else None,
             "bad_messages": self.bad_messages,
+            "send_errors": self.send_errors,
             "timed_out": self.timed_out,
         }
 
-    async def close(self) -> None:
+    async def close(self, reason: str | None = None) -> None:
+        """Close everything this session holds; ``reason`` (one of ``CLOSE_REASONS``, None for an offer that was
+        refused) goes to ``on_closed``.  Safe to call more than once: the first call's reason counts."""
         if self._closing:
             return
         self._closing = True
+        self.close_reason = reason
+        current = asyncio.current_task()
+        self._tasks = [t for t in self._tasks if t is not current]
         if self.watched is not None:
             self.watched.outputs.unsubscribe(self._on_output)
         for task in self._tasks:
@@ -245,4 +320,4 @@ class PeerSession:
         if self.outbound is not None:
             self.outbound.stop()
         await self.pc.close()
-        await self._on_closed(self)
+        await self._on_closed(self, reason)

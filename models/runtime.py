@@ -14,6 +14,7 @@ are copied to the host.  Each segment's measured time feeds a
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import time
 from collections.abc import Sequence
@@ -48,6 +49,15 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return out
 
 
+def gpu_build_installed() -> bool:
+    """Whether the onnxruntime-gpu package (the ``gpu`` extra) is what is installed."""
+    try:
+        importlib.metadata.distribution("onnxruntime-gpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def resolve_providers(requested: Sequence[str]) -> list[str]:
     """ONNX Runtime provider names for ``requested`` (e.g. ``("cuda", "cpu")``), warning when CUDA is absent."""
     unknown = [p for p in requested if p not in PROVIDER_NAMES]
@@ -60,8 +70,11 @@ def resolve_providers(requested: Sequence[str]) -> list[str]:
         if name in available:
             chosen.append(name)
         elif p == "cuda":
-            log.warning("CUDA was requested but this onnxruntime build has no CUDAExecutionProvider "
-                        "(available: %s): running on the CPU", sorted(available))
+            if gpu_build_installed() or "cpu" not in requested:  # the user expects a GPU: say loudly it is not used
+                log.warning("CUDA was requested but this onnxruntime build has no CUDAExecutionProvider "
+                            "(available: %s): running on the CPU", sorted(available))
+            else:  # the cpu extra: CPU is what was installed, not a fault
+                log.info("onnxruntime without CUDA (the cpu extra): running on the CPU")
     if "CPUExecutionProvider" not in chosen:
         chosen.append("CPUExecutionProvider")
     return chosen

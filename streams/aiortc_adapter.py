@@ -14,6 +14,12 @@ aiortc computes what we need but does not expose all of it:
   ``rate_control.current_bitrate``, meaningful once
   ``current_bitrate_initialized``.
 
+* DTLS role: an offer with ``a=setup:actpass`` leaves aiortc's transports at role ``auto``, which its answer turns
+  into the DTLS *client* (``a=setup:active``).  As a client aiortc offers ECDSA cipher suites only, so a peer whose
+  certificate is RSA (GStreamer's webrtcbin) fails the handshake with "no shared cipher" (aiortc#1392).
+  ``answer_as_dtls_server`` sets those transports to ``server`` before the answer is made (``a=setup:passive``):
+  the peer then connects as the client and offers its full suite list, which includes aiortc's ECDSA ones.
+
 ``check_internals`` fails loudly, naming what moved, if a new aiortc renames
 any of this; ``tests/test_aiortc_adapter.py`` calls it.
 """
@@ -24,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from aiortc import sdp
 from aiortc.rtp import RtcpRrPacket, RtcpSrPacket
 
 SENDER_RTT = "_RTCRtpSender__rtt"
@@ -31,6 +38,8 @@ SENDER_LSR = "_RTCRtpSender__lsr"  # middle 32 bits of the NTP time of the last 
 SENDER_LSR_TIME = "_RTCRtpSender__lsr_time"  # time.time() when it was sent
 SENDER_ENCODER = "_RTCRtpSender__encoder"  # created when the first frame is sent
 RECEIVER_ESTIMATOR = "_RTCRtpReceiver__remote_bitrate_estimator"
+DTLS_ROLE = "_role"  # RTCDtlsTransport: "auto" until the descriptions fix it, then "client" or "server"
+DTLS_SET_ROLE = "_set_role"
 
 
 class AiortcInternalsError(RuntimeError):
@@ -41,6 +50,8 @@ def check_internals(sender: Any, receiver: Any) -> None:
     """Raise ``AiortcInternalsError`` listing every private name that is missing on a video sender/receiver."""
     missing = [f"RTCRtpSender.{name}" for name in (SENDER_RTT, SENDER_LSR, SENDER_LSR_TIME, "_ssrc",
                                                     "_handle_rtcp_packet") if not hasattr(sender, name)]
+    missing += [f"RTCDtlsTransport.{name}" for name in (DTLS_ROLE, DTLS_SET_ROLE)
+                if not hasattr(receiver.transport, name)]
     est = getattr(receiver, RECEIVER_ESTIMATOR, None)
     if est is None:
         missing.append(f"RTCRtpReceiver.{RECEIVER_ESTIMATOR}")
@@ -51,6 +62,29 @@ def check_internals(sender: Any, receiver: Any) -> None:
                 missing.append(f"RemoteBitrateEstimator.rate_control.{name}")
     if missing:
         raise AiortcInternalsError("aiortc internals moved (is aiortc still 1.16.0?): " + ", ".join(missing))
+
+
+def answer_as_dtls_server(pc: Any) -> int:
+    """After ``setRemoteDescription(offer)``: take the DTLS server role wherever the offer left it open (actpass).
+
+    Returns how many transports were set.  Where the offer chose (``a=setup:active``: it is the client; ``passive``:
+    we must be) aiortc's choice stands.
+    """
+    offer = pc.remoteDescription
+    if offer is None or offer.type != "offer":
+        return 0
+    roles = {m.dtls.role for m in sdp.SessionDescription.parse(offer.sdp).media if m.dtls is not None}
+    if roles != {"auto"}:  # the offer picked a side (or mixed them): aiortc already follows it
+        return 0
+    transports = {t.receiver.transport for t in pc.getTransceivers()}
+    if pc.sctp is not None:
+        transports.add(pc.sctp.transport)
+    changed = 0
+    for dtls in transports:
+        if getattr(dtls, DTLS_ROLE) == "auto" and dtls.state == "new":
+            getattr(dtls, DTLS_SET_ROLE)("server")
+            changed += 1
+    return changed
 
 
 def sender_rtt_ms(sender: Any) -> float | None:

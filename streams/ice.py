@@ -17,6 +17,11 @@ import aioice.ice
 _ORIGINAL = aioice.ice.get_host_addresses
 
 
+def machine_host_addresses() -> list[str]:
+    """The addresses aioice offers by default (every interface's but loopback)."""
+    return list(_ORIGINAL(use_ipv4=True, use_ipv6=True))
+
+
 def restrict_host_addresses(addresses: Sequence[str] | None) -> None:
     if addresses is None:
         aioice.ice.get_host_addresses = _ORIGINAL

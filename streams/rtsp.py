@@ -2,13 +2,16 @@
 
 ``RtspCamera.start()`` starts a thread that opens the camera with PyAV
 (``rtsp_transport`` tcp or udp, open and read timeouts so a stalled camera
-is noticed), decodes video, and ``put``s every frame into the camera's
+is noticed; transport ``auto`` tries TCP first, which cameras behind NAT
+need, and UDP when the camera answers that it does not take TCP), decodes
+video, and ``put``s every frame into the camera's
 ``LatestSlot`` on the event loop.  When the camera is not there yet, drops,
 stalls or ends, the thread logs it, waits (capped exponential backoff:
 ``backoff_initial_s`` doubling up to ``backoff_max_s``, reset once frames
 flow again) and reconnects, until ``await stop()``.  ``state``,
-``reconnects``, ``frames`` and ``last_error`` are read by the status
-endpoint and the metrics.
+``reconnects``, ``frames``, ``transport_in_use`` and ``last_error`` are read
+by the status endpoint and the metrics.  The URL's password never appears in
+any of them or in the log (``streams.redact``).
 
 aiortc's ``MediaPlayer`` is not used: it does not reconnect and its queue is
 unbounded.
@@ -17,6 +20,7 @@ unbounded.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import threading
 import time
@@ -26,10 +30,12 @@ from typing import Literal
 import av
 
 from streams.frames import LatestSlot, SourceFrame
+from streams.redact import add_url_secrets, redact, redact_url
 
 log = logging.getLogger(__name__)
 
 CameraState = Literal["connecting", "streaming", "backoff", "stopped"]
+Transport = Literal["tcp", "udp"]
 STATES: tuple[CameraState, ...] = ("connecting", "streaming", "backoff", "stopped")
 
 
@@ -44,11 +50,16 @@ class Backoff:
 
 
 class RtspCamera:
-    def __init__(self, name: str, url: str, transport: str = "tcp", open_timeout_s: float = 5.0,
+    def __init__(self, name: str, url: str, transport: str = "auto", open_timeout_s: float = 5.0,
                  read_timeout_s: float = 5.0, backoff: Backoff | None = None) -> None:
+        if transport not in ("auto", "tcp", "udp"):
+            raise ValueError(f"transport must be auto, tcp or udp, not {transport!r}")
+        add_url_secrets(url)
         self.name = name
         self.url = url
-        self.transport = transport
+        self.safe_url = redact_url(url)
+        self.transport = transport  # as configured
+        self.transport_in_use: Transport = "udp" if transport == "udp" else "tcp"
         self.open_timeout_s = open_timeout_s
         self.read_timeout_s = read_timeout_s
         self.backoff = backoff or Backoff()
@@ -59,6 +70,7 @@ class RtspCamera:
         self.last_error: str | None = None
         self.resolution: tuple[int, int] | None = None  # (width, height) of the last frame
         self.slot: LatestSlot[SourceFrame] | None = None
+        self._fell_back_to: set[Transport] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -86,7 +98,7 @@ class RtspCamera:
             if failures:
                 self.reconnects += 1
             self.state = "connecting"
-            log.info("camera %s: connecting to %s (%s)%s", self.name, self.url, self.transport,
+            log.info("camera %s: connecting to %s (%s)%s", self.name, self.safe_url, self.transport_in_use,
                      f", attempt {failures + 1}" if failures else "")
             try:
                 if self._stream_once():
@@ -97,6 +109,15 @@ class RtspCamera:
                 log.warning("camera %s: stream ended; reconnecting", self.name)
             except (av.FFmpegError, OSError) as exc:
                 self.last_error = self._describe(exc)  # before the state changes: it tells which timeout
+                if self._refused_transport(exc) and self.transport == "auto":
+                    fallback: Transport = "udp" if self.transport_in_use == "tcp" else "tcp"
+                    if fallback not in self._fell_back_to:  # one line per transport, however often it happens
+                        self._fell_back_to.add(fallback)
+                        log.info("camera %s: the camera does not take RTSP over %s; trying %s", self.name,
+                                 self.transport_in_use.upper(), fallback.upper())
+                    self.transport_in_use = fallback
+                    if fallback == "udp":
+                        continue  # at once: this is no failure of the camera's
                 log.warning("camera %s: %s", self.name, self.last_error)
             failures += 1
             delay = self.backoff.delay_s(failures)
@@ -105,17 +126,28 @@ class RtspCamera:
             self._stop.wait(delay)
         self.state = "stopped"
 
+    @staticmethod
+    def _refused_transport(exc: Exception) -> bool:
+        """RTSP 461 Unsupported Transport: FFmpeg reports it as EPROTONOSUPPORT ([Errno 93])."""
+        return isinstance(exc, OSError) and exc.errno == errno.EPROTONOSUPPORT
+
     def _describe(self, exc: Exception) -> str:
-        """FFmpeg says "Immediate exit requested" when PyAV's timeout interrupts it: say which timeout."""
+        """What went wrong, in words, with no secret: which timeout, which transport was refused."""
         if isinstance(exc, av.ExitError) or "Immediate exit requested" in str(exc):
             if self.state == "streaming":
                 return f"stalled: no data for {self.read_timeout_s:g} s (read_timeout_s)"
             return f"no answer within {self.open_timeout_s:g} s (open_timeout_s)"
-        return str(exc)
+        if self._refused_transport(exc):
+            other = "udp" if self.transport_in_use == "tcp" else "tcp"
+            hint = "" if self.transport == "auto" else f' (set transport = "{other}" or "auto")'
+            return f"the camera refuses RTSP over {self.transport_in_use.upper()}{hint}"
+        if isinstance(exc, OSError) and exc.strerror:
+            return redact(f"{exc.strerror} (errno {exc.errno})" if exc.errno else exc.strerror)
+        return redact(str(exc))
 
     def _stream_once(self) -> bool:
         """Open, decode until the stream ends or stop is asked; True if any frame was decoded."""
-        options = {"rtsp_transport": self.transport, "fflags": "nobuffer", "flags": "low_delay"}
+        options = {"rtsp_transport": self.transport_in_use, "fflags": "nobuffer", "flags": "low_delay"}
         got_frame = False
         with av.open(self.url, options=options, timeout=(self.open_timeout_s, self.read_timeout_s)) as container:
             stream = container.streams.video[0]

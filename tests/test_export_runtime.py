@@ -132,14 +132,28 @@ def test_preprocess_matches_the_training_normalisation(tiny_model_folder: Path) 
         rt.preprocess(np.zeros((96, 96), np.uint8))
 
 
-def test_cuda_request_without_a_gpu_falls_back_loudly(tiny_model_folder: Path,
-                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_cuda_missing_is_loud_only_where_a_gpu_was_expected(tiny_model_folder: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """The cpu extra with the default ["cuda", "cpu"]: one INFO line. Only "cuda" listed, or the GPU build
+    installed: a WARNING."""
+    import logging
+
     import onnxruntime as ort
+
+    from models.runtime import gpu_build_installed
 
     if "CUDAExecutionProvider" in ort.get_available_providers():
         pytest.skip("this machine has CUDA; the fallback is not exercised")
-    rt = ModelRuntime.load(tiny_model_folder, providers=["cuda", "cpu"], warmup=0)
+    with caplog.at_level(logging.INFO, logger="models.runtime"):
+        rt = ModelRuntime.load(tiny_model_folder, providers=["cuda", "cpu"], warmup=0)
     assert rt.providers == ["CPUExecutionProvider"] and rt.device == "cpu"
+    warned = [r for r in caplog.records if "CUDA" in r.message and r.levelname == "WARNING"]
+    assert bool(warned) == gpu_build_installed(), [r.message for r in caplog.records]
+    if not gpu_build_installed():
+        assert any("running on the CPU" in r.message and r.levelname == "INFO" for r in caplog.records)
+    caplog.clear()
+    rt = ModelRuntime.load(tiny_model_folder, providers=["cuda"], warmup=0)
+    assert rt.providers == ["CPUExecutionProvider"]
     assert any("CUDA was requested" in r.message and r.levelname == "WARNING" for r in caplog.records)
 
 

@@ -206,7 +206,7 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     assert summary["frames"] > 300, summary
     # the window starts --lead s after the app listens: the session's start-up is outside it
     assert 0 < summary["session_start_ms"] < 1e3 * opts.lead_s, summary["session_start_ms"]
-    assert t.min() < 0.5 and (tmp_path / "run" / "app.log").read_text().count("listening on") == 1
+    assert t.min() < 0.5 and (tmp_path / "run" / "app.log").read_text().count("serving on") == 1
     assert set(np.unique(applied)) == {20.0, 150.0}, "the bridge applied both delays"
     # the estimate follows the step within 3 s up and 4 s down (the trend term may overshoot by ~50 %
     # for a few seconds after the rise: a worsening is projected one second ahead)

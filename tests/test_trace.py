@@ -83,7 +83,7 @@ def test_the_bench_waits_for_the_app_to_listen_and_quotes_a_failed_start(tmp_pat
     from edge_app.netbench.bench import wait_listening
 
     log = tmp_path / "app.log"
-    code = "import time; time.sleep(0.5); print('INFO listening on http://127.0.0.1:1/', flush=True); time.sleep(5)"
+    code = "import time; time.sleep(0.5); print('INFO serving on http://127.0.0.1:1/', flush=True); time.sleep(5)"
     with log.open("wb") as f:
         ok = subprocess.Popen([sys.executable, "-c", code], stdout=f, stderr=subprocess.STDOUT)
     try:

@@ -348,7 +348,7 @@ def wait_listening(app: subprocess.Popen[bytes], log_path: Path, timeout_s: floa
     longer than ``timeout_s`` is an error that quotes its log."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if "listening on" in log_path.read_text(errors="replace"):
+        if "serving on" in log_path.read_text(errors="replace"):
             return
         if app.poll() is not None:
             break

@@ -7,7 +7,7 @@ const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  exitCounts: [0, 0, 0], reused: 0, browserRttMs: null, framesDecoded: 0, videoFps: null, pc: null, channel: null,
+  exitCounts: [0, 0, 0], reused: 0, sourceState: null, connectTimer: null, browserRttMs: null, framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: params.has("probe") ? newProbe() : null,  // probe.js: per-frame glass-to-glass records
 };
 const PROBE_KEEP = 100_000;  // result records kept in probe mode (about 55 minutes at 30 fps)
@@ -75,6 +75,21 @@ function fillSources(status) {
   if (params.get("camera")) sel.value = params.get("camera");
 }
 
+// What to do when ICE finds no path (shown on the page, not only in the server log).
+function connectHint() {
+  const sameMachine = ["localhost", "127.0.0.1", "[::1]", "::1"].includes(location.hostname);
+  return sameMachine
+    ? 'no network path between this browser and the server. On the same machine: set ice_host_addresses = ["127.0.0.1"] under [server] in config.toml and restart edge-app'
+    : "no network path between this browser and the server. From another machine: serve HTTPS on an address this browser can reach ([server] host, tls_cert, tls_key), or add a TURN server ([server] ice_servers)";
+}
+
+function failConnect(pc, why) {
+  if (edge.pc !== pc || edge.state === "failed") return;
+  edge.error = `${why}: ${connectHint()}`;
+  setState("failed", edge.error);
+  teardown();
+}
+
 function waitIceGathering(pc) {
   if (pc.iceGatheringState === "complete") return Promise.resolve();
   return new Promise((resolve) => {
@@ -95,9 +110,23 @@ async function connect() {
     channel.onmessage = (e) => onMessage(channel, e.data);
     pc.ontrack = (e) => { $("video").srcObject = e.streams[0] || new MediaStream([e.track]); };
     pc.onconnectionstatechange = () => {
-      if (pc.connectionState === "connected") setState("connected", camera ? `watching ${camera}` : "your camera");
-      if (pc.connectionState === "failed") setState("failed", "the connection was lost");
+      if (pc.connectionState === "connected") {
+        clearTimeout(edge.connectTimer);
+        setState("connected", camera ? `watching ${camera}` : "your camera");
+      }
+      if (pc.connectionState === "failed") {
+        if (edge.state === "connecting") failConnect(pc, "the connection failed");
+        else setState("failed", "the connection was lost");
+      }
     };
+    pc.oniceconnectionstatechange = () => {
+      if (pc.iceConnectionState === "failed" && edge.state === "connecting") failConnect(pc, "ICE failed");
+    };
+    const connectTimeoutS = (status.limits && status.limits.connect_timeout_s) || 15;
+    clearTimeout(edge.connectTimer);
+    edge.connectTimer = setTimeout(() => {
+      if (edge.pc === pc && pc.connectionState !== "connected") failConnect(pc, `not connected after ${connectTimeoutS} s`);
+    }, connectTimeoutS * 1000);
     if (camera === null) {
       const stream = await navigator.mediaDevices.getUserMedia({
         video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } }, audio: false });
@@ -125,6 +154,7 @@ async function connect() {
 }
 
 function teardown() {
+  clearTimeout(edge.connectTimer);
   if (edge.pc) edge.pc.close();
   if (edge.localStream) edge.localStream.getTracks().forEach((t) => t.stop());
   edge.pc = edge.channel = edge.localStream = null;
@@ -136,6 +166,7 @@ function onMessage(channel, data) {
   let msg;
   try { msg = JSON.parse(data); } catch { return; }
   if (msg.type === "ping") { channel.send(JSON.stringify({ type: "pong", id: msg.id })); return; }
+  if (msg.type === "source") { showSource(msg); return; }
   if (msg.type !== "result") return;
   if (edge.probe) {
     msg.arrival_ms = wallMs();
@@ -152,6 +183,14 @@ function onMessage(channel, data) {
   charts.conf.push(t, [msg.raw.confidence, msg.smoothed.confidence]);
   charts.budget.push(t, [Math.max(0, msg.budget.compute_ms), msg.costs.actual_ms, msg.latency_ms]);
   showResult(msg);
+}
+
+// A watched camera's state, as the server reports it: {"type": "source", "camera", "state", "reason"}.
+function showSource(msg) {
+  edge.sourceState = msg;
+  const el = $("source-state");
+  el.hidden = msg.state === "streaming";
+  el.textContent = `camera ${msg.camera}: ${msg.state}` + (msg.reason ? ` (${msg.reason})` : "");
 }
 
 let lastShown = 0;
@@ -207,7 +246,7 @@ async function refreshStatus() {
     $("cameras").replaceChildren(...(s.cameras.length ? s.cameras : [null]).map((c) => {
       const li = document.createElement("li");
       li.textContent = c === null ? "no cameras configured ([[cameras]] in config.toml)"
-        : `${c.name}: ${c.state}` + (c.resolution ? ` ${c.resolution.join("×")}` : "") +
+        : `${c.name}: ${c.state} over ${c.transport_in_use.toUpperCase()}` + (c.resolution ? ` ${c.resolution.join("×")}` : "") +
           `, ${c.frames_analysed} frames analysed, ${c.reconnects} reconnects` + (c.last_error ? ` (last error: ${c.last_error})` : "");
       li.className = c && c.state !== "streaming" ? "warn" : "";
       return li;
