@@ -19,8 +19,9 @@ import sys
 import gi
 
 gi.require_version("Gst", "1.0")
+gi.require_version("GstRtsp", "1.0")
 gi.require_version("GstRtspServer", "1.0")
-from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
+from gi.repository import GLib, Gst, GstRtsp, GstRtspServer  # noqa: E402
 
 
 def main() -> int:
@@ -31,6 +32,8 @@ def main() -> int:
     ap.add_argument("--fps", type=int, default=30)
     ap.add_argument("--size", default=None, help="scale to WxH (default: the files' size)")
     ap.add_argument("--mount", default="/cam")
+    ap.add_argument("--protocols", choices=["tcp", "udp", "both"], default="both",
+                    help="RTSP lower transports the server accepts (a camera that refuses one answers 461)")
     args = ap.parse_args()
 
     Gst.init(None)
@@ -48,6 +51,9 @@ def main() -> int:
     factory = GstRtspServer.RTSPMediaFactory()
     factory.set_launch(launch)
     factory.set_shared(True)
+    lower = {"tcp": GstRtsp.RTSPLowerTrans.TCP, "udp": GstRtsp.RTSPLowerTrans.UDP,
+             "both": GstRtsp.RTSPLowerTrans.TCP | GstRtsp.RTSPLowerTrans.UDP}
+    factory.set_protocols(lower[args.protocols])
     server.get_mount_points().add_factory(args.mount, factory)
     if server.attach(None) == 0:
         print(f"cannot listen on {args.address}:{args.port}", file=sys.stderr)
