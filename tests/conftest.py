@@ -100,8 +100,9 @@ def app_config(tmp_path: Path) -> Callable[..., AppConfig]:
 
 
 @contextlib.asynccontextmanager
-async def running_app(cfg: AppConfig) -> AsyncIterator[str]:
-    """The real app on a free loopback port; yields its base URL and shuts it down (hub included)."""
+async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> AsyncIterator[str]:
+    """The real app on a free loopback port; yields its base URL and shuts it down (hub included).
+    ``static`` adds folders served at URL prefixes (a client page we did not write, served same-origin)."""
     from aiohttp import web
 
     from edge_app.server import create_app
@@ -109,7 +110,10 @@ async def running_app(cfg: AppConfig) -> AsyncIterator[str]:
 
     rt = ModelRuntime.load(cfg.model_path, providers=cfg.model.providers, threads=cfg.model.threads,
                            warmup=cfg.model.warmup_runs)
-    runner = web.AppRunner(create_app(cfg, rt))
+    app = create_app(cfg, rt)
+    for prefix, folder in (static or {}).items():
+        app.router.add_static(prefix, folder)
+    runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
