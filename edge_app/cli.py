@@ -266,6 +266,15 @@ def build_parser() -> argparse.ArgumentParser:
     nb.add_argument("--retabulate", action="store_true",
                     help="only redo tables and plots from the per-frame CSVs already under --out")
     nb.set_defaults(func=cmd_bench_network)
+    sk = sub.add_parser("bench-soak", help="offers that never connect against a real server: sessions, threads, "
+                                           "fds and RSS over time, then a real client")
+    sk.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="for the model path")
+    sk.add_argument("--offers", type=_positive_int, default=200)
+    sk.add_argument("--seconds", type=float, default=120.0, help="spread the offers over this long")
+    sk.add_argument("--max-sessions", type=_positive_int, default=4)
+    sk.add_argument("--connect-timeout", type=float, default=15.0, help="[server] connect_timeout_s")
+    sk.add_argument("--out", type=Path, default=Path("artifacts/bench-soak"))
+    sk.set_defaults(func=cmd_bench_soak)
     e = sub.add_parser("export", help="build data, train and export a model folder (python -m exporter ...)")
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")
     e.set_defaults(func=cmd_export)
@@ -283,6 +292,20 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
         return 2
     print(f"report.json, sessions.png and the server log under {args.out}/")
     return 0
+
+
+def cmd_bench_soak(args: argparse.Namespace) -> int:
+    from edge_app.bench_soak import bench_soak
+
+    cfg = load_config(args.config)
+    print(f"soak: {args.offers} offers that never connect over {args.seconds:.0f} s, max_sessions "
+          f"{args.max_sessions}, connect_timeout_s {args.connect_timeout:g}", flush=True)
+    report = bench_soak(cfg.model_path, args.offers, args.seconds, args.max_sessions, args.connect_timeout, args.out)
+    print(report.table())
+    problems = report.problems()
+    print("\n".join(f"FAIL: {p}" for p in problems) or "OK: no session left, no growth beyond noise, and a real "
+          f"client connected afterwards ({args.out / 'report.json'})")
+    return 1 if problems else 0
 
 
 def _positive_int(text: str) -> int:

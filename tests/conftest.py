@@ -142,14 +142,14 @@ def skip_or_fail(reason: str) -> None:
 # --- headless Chromium ----------------------------------------------------------------------------------------
 
 @contextlib.asynccontextmanager
-async def chromium_page(fake_camera: Path | None = None) -> AsyncIterator[Any]:
+async def chromium_page(fake_camera: Path | None = None, extra_args: list[str] | None = None) -> AsyncIterator[Any]:
     """A page in Debian's headless Chromium (the same launcher the network benchmark's driver uses)."""
     from edge_app.netbench.driver import CHROMIUM
     from edge_app.netbench.driver import chromium_page as launch
 
     if shutil.which(CHROMIUM) is None:
         skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")
-    async with launch(fake_camera) as page:
+    async with launch(fake_camera, extra_args=extra_args) as page:
         yield page
 
 

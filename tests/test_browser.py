@@ -73,3 +73,28 @@ async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: 
     assert 0 < edge["browserRttMs"] < 50
     assert 250_000 <= last["network"]["bitrate_bps"] <= 1_500_000, "within aiortc's VP8 range"
     assert edge["framesDecoded"] > 60, "the annotated video should play in the page"
+
+
+async def test_the_page_says_when_it_cannot_connect_and_what_to_do(app_config: Callable[..., Any], serve: Any,
+                                                                   browser: Any) -> None:
+    """A browser with no usable ICE path (here: UDP disabled by policy, so it gathers no candidate) no longer sits at
+    "connecting": within connect_timeout_s the page says it failed and names the fix, and the server frees the slot."""
+    import aiohttp
+
+    cfg = app_config(server={"connect_timeout_s": 2.0, "max_sessions": 1})
+    async with browser(None, ["--webrtc-ip-handling-policy=disable_non_proxied_udp"]) as page, serve(cfg) as base:
+        await page.goto(f"{base}/")
+        await page.click("#connect")
+        await page.wait_for_function("() => window.edge.state === 'failed'", timeout=10_000)
+        shown = await page.text_content("#conn")
+        for _ in range(50):
+            async with aiohttp.ClientSession() as http, http.get(f"{base}/status") as r:
+                status = await r.json()
+            if not status["sessions"]:
+                break
+            await page.wait_for_timeout(100)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "not-connected.png"))
+    print(f"page: {shown}")
+    assert shown is not None and "not connected after 2 s" in shown and 'ice_host_addresses = ["127.0.0.1"]' in shown
+    assert status["sessions"] == [] and status["sessions_closed"] == {"connect-timeout": 1}, status

@@ -204,3 +204,17 @@ def test_offer_sdp_checks_are_pure(size: int) -> None:
                                                        f"a=max-message-size:{size}")) or "")
     assert offer_problem(_munge(sdp, r"a=max-message-size:\d+", "a=max-message-size:0")) is None  # 0: no limit
     assert "does not parse" in (offer_problem("v=0\r\nm=video x\r\n") or "")
+
+
+@pytest.mark.slow
+def test_soak_of_offers_that_never_connect(tmp_path: Path) -> None:
+    """A short run of ``edge-app bench-soak`` (the full one: 200 offers over 2 minutes): a real server process,
+    offers from peers that are gone, every session closed, no growth of threads, fds or RSS, a real client after."""
+    from edge_app.bench_soak import bench_soak
+
+    report = bench_soak(REPO / "models" / "default", offers=30, seconds=10.0, max_sessions=4, connect_timeout_s=2.0,
+                        out=tmp_path)
+    print(report.table())
+    assert report.problems() == []
+    assert report.answered >= 8 and report.refused_503 >= 1 and report.answered + report.refused_503 == 30
+    assert report.closed_by_reason == {"connect-timeout": report.answered}

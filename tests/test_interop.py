@@ -71,14 +71,14 @@ async def test_aiortc_example_page_in_chromium(app_config: Callable[..., AppConf
         await page.click("#start")
         await page.wait_for_function(
             "() => (document.getElementById('data-channel').textContent.match(/\"type\":\"result\"/g) || [])"
-            ".length >= 60 && /RTT \\d+ ms/.test(document.getElementById('data-channel').textContent)"
+            ".length >= 60 && /RTT [0-9]+ ms/.test(document.getElementById('data-channel').textContent)"
             " && document.getElementById('video').getVideoPlaybackQuality().totalVideoFrames >= 30",
             timeout=60_000)
         seen = await page.evaluate("""() => {
             const log = document.getElementById('data-channel').textContent;
             const v = document.getElementById('video');
             return {log: log.slice(-60000), count: (log.match(/"type":"result"/g) || []).length,
-                    pongs: (log.match(/RTT \d+ ms/g) || []).length, width: v.videoWidth, height: v.videoHeight,
+                    pongs: (log.match(/RTT [0-9]+ ms/g) || []).length, width: v.videoWidth, height: v.videoHeight,
                     frames: v.getVideoPlaybackQuality().totalVideoFrames,
                     ice: document.getElementById('ice-connection-state').textContent,
                     answer: document.getElementById('answer-sdp').textContent};
@@ -87,8 +87,8 @@ async def test_aiortc_example_page_in_chromium(app_config: Callable[..., AppConf
         await page.screenshot(path=str(ARTIFACTS / "aiortc-example.png"), full_page=True)
     results = [json.loads(line[2:]) for line in seen["log"].splitlines()
                if line.startswith('< {"type":"result"')]
-    print(f"aiortc's example page: {seen['count']} results and {seen['pongs']} pongs in its log, video {seen['width']}x{seen['height']} "
-          f"({seen['frames']} frames), ICE {seen['ice']}")
+    print(f"aiortc's example page: {seen['count']} results and {seen['pongs']} pongs in its log, video "
+          f"{seen['width']}x{seen['height']} ({seen['frames']} frames), ICE {seen['ice']}")
     assert seen["width"] > 0 and seen["frames"] >= 30, "the annotated video plays in the example's <video>"
     assert seen["count"] >= 60 and seen["pongs"] >= 1
     assert results and all(r["session"] == results[0]["session"] for r in results)

@@ -82,6 +82,9 @@ async def test_rtsp_camera_reconnects_and_browser_resumes(app_config: Callable[.
 
         server.stop()  # the camera drops mid-stream
         await _wait(lambda: _camera_has(base, lambda c: c["state"] != "streaming"), 10, "the drop to be noticed")
+        await page.wait_for_function("() => edge.sourceState && edge.sourceState.state === 'reconnecting'",
+                                     timeout=5_000)  # the viewer is told on its data channel, the page shows it
+        shown_down = await page.text_content("#source-state")
         dropped_at = await page.evaluate("edge.results")
         await asyncio.sleep(1.5)
         with contextlib.suppress(Exception):
@@ -89,6 +92,8 @@ async def test_rtsp_camera_reconnects_and_browser_resumes(app_config: Callable[.
         await _wait(lambda: _camera_has(base, lambda c: c["state"] == "streaming" and c["connects"] == 2), 30,
                     "the app to reconnect by itself")
         await page.wait_for_function(f"() => edge.results >= {dropped_at} + 60", timeout=30_000)
+        await page.wait_for_function("() => edge.sourceState.state === 'streaming'", timeout=5_000)
+        assert await page.is_hidden("#source-state")
         # a second viewer, data channel only (no video m-line): results for the same, once-analysed frames
         dc_results = await _data_channel_watcher(base, "door", 30)
         await _wait(lambda: _camera_has(base, lambda c: c["viewers"] == 1), 15, "the closed viewer to be cleaned up")
@@ -99,6 +104,7 @@ async def test_rtsp_camera_reconnects_and_browser_resumes(app_config: Callable[.
         await page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)
         after = await page.evaluate("edge.recent")
     cam = status["cameras"][0]
+    assert shown_down is not None and shown_down.startswith("camera door: reconnecting"), shown_down
     assert len(dc_results) >= 30 and all(r["source"] == "door" for r in dc_results)
     browser_frames = {r["frame"] for r in after}
     assert browser_frames & {r["frame"] for r in dc_results} or len(after) < 30, "both viewers see the same analyses"

@@ -48,7 +48,7 @@ def chromium_args(fake_camera: Path | None = None, insecure_origin: str | None =
 
 @contextlib.asynccontextmanager
 async def chromium_page(fake_camera: Path | None = None, insecure_origin: str | None = None,
-                        echo_console: bool = True) -> AsyncIterator[Any]:
+                        echo_console: bool = True, extra_args: list[str] | None = None) -> AsyncIterator[Any]:
     """A page in Debian's headless Chromium (Playwright's own browser download does not work here)."""
     if shutil.which(CHROMIUM) is None:
         raise FileNotFoundError(f"{CHROMIUM} not found: apt-get install chromium")
@@ -56,7 +56,7 @@ async def chromium_page(fake_camera: Path | None = None, insecure_origin: str | 
 
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                          args=chromium_args(fake_camera, insecure_origin))
+                                          args=chromium_args(fake_camera, insecure_origin) + (extra_args or []))
         try:
             page = await browser.new_page(viewport={"width": 1280, "height": 900})
             if echo_console:
