@@ -50,8 +50,8 @@ def check_internals(sender: Any, receiver: Any) -> None:
     """Raise ``AiortcInternalsError`` listing every private name that is missing on a video sender/receiver."""
     missing = [f"RTCRtpSender.{name}" for name in (SENDER_RTT, SENDER_LSR, SENDER_LSR_TIME, "_ssrc",
                                                     "_handle_rtcp_packet") if not hasattr(sender, name)]
-    missing += [f"RTCDtlsTransport.{name}" for name in (DTLS_ROLE, DTLS_SET_ROLE)
-                if not hasattr(receiver.transport, name)]
+    dtls = getattr(receiver, "transport", None)
+    missing += [f"RTCDtlsTransport.{name}" for name in (DTLS_ROLE, DTLS_SET_ROLE) if not hasattr(dtls, name)]
     est = getattr(receiver, RECEIVER_ESTIMATOR, None)
     if est is None:
         missing.append(f"RTCRtpReceiver.{RECEIVER_ESTIMATOR}")
