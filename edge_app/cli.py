@@ -54,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_model(args: argparse.Namespace) -> int:
-    from edge_app.bench import bench_model, format_table
+    from edge_app.bench.model import bench_model, format_table
 
     cfg = load_config(args.config)
     rt = _runtime(cfg, args.threads, args.model)
@@ -68,7 +68,7 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
 def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     import asyncio
 
-    from edge_app.bench_pipeline import run
+    from edge_app.bench.pipeline import run
 
     cfg = load_config(args.config)
     rt = _runtime(cfg)
@@ -80,7 +80,7 @@ def cmd_bench_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_smoothing(args: argparse.Namespace) -> int:
-    from edge_app.bench_smoothing import bench_smoothing
+    from edge_app.bench.smoothing import bench_smoothing
 
     cfg = load_config(args.config)
     if not args.video.is_file():
@@ -94,16 +94,18 @@ CODEC_KBPS = 250.0  # VP8-coded traces: [budget] min_receive_kbps, the least the
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    try:
-        from exporter.__main__ import main as exporter_main
-    except ImportError as exc:
-        print(f"error: the exporter needs the training extra ({exc}); install it with: pip install -e '.[train]'",
-              file=sys.stderr)
+    import importlib.util
+    import subprocess
+
+    missing = [m for m in ("torch", "torchvision", "onnxscript") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"error: the exporter needs the train extra (missing: {', '.join(missing)}); install it with: "
+              "pip install -e '.[train]'", file=sys.stderr)
         return 2
     rest = args.rest or ["all"]
-    rc = exporter_main(rest)
+    rc = subprocess.run([sys.executable, "-m", "exporter", *rest], check=False).returncode  # its own process
     if rc == 0 and rest[0] in ("export", "all"):
-        from edge_app.policy_cmds import fit_policy
+        from models.fit import fit_policy
 
         out = argparse.ArgumentParser(add_help=False)
         out.add_argument("--out", type=Path, default=Path("models/default"))
@@ -111,7 +113,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         known = out.parse_known_args(rest[1:])[0]
         folder, data = known.out, known.data
         if (data / "calibration.npz").is_file() and (data / "test.npz").is_file():
-            from edge_app.codec_traces import write_codec_traces
+            from edge_app.bench.codec_traces import write_codec_traces
 
             write_codec_traces(folder, data, CODEC_KBPS)  # the policy is fitted on frames as VP8 delivers them
         else:
@@ -126,7 +128,7 @@ def _model_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_fit_policy(args: argparse.Namespace) -> int:
-    from edge_app.policy_cmds import fit_policy
+    from models.fit import fit_policy
 
     info = fit_policy(_model_dir(args), bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
                       loss_kind=args.loss_kind, traces=args.traces)
@@ -138,7 +140,7 @@ def cmd_fit_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_codec_traces(args: argparse.Namespace) -> int:
-    from edge_app.codec_traces import write_codec_traces
+    from edge_app.bench.codec_traces import write_codec_traces
 
     folder = _model_dir(args)
     try:
@@ -152,7 +154,7 @@ def cmd_codec_traces(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from edge_app.policy_cmds import evaluate
+    from edge_app.bench.evaluate import evaluate
 
     res = evaluate(_model_dir(args), args.out, bins=args.bins, loss_kind=args.loss_kind, traces=args.traces)
     print(res["table"])
@@ -161,7 +163,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_policy(args: argparse.Namespace) -> int:
-    from edge_app.bench import bench_policy
+    from edge_app.bench.model import bench_policy
 
     print(bench_policy(_model_dir(args), frames=args.frames))
     return 0
@@ -282,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_bench_sessions(args: argparse.Namespace) -> int:
-    from edge_app.bench_sessions import bench_sessions
+    from edge_app.bench.sessions import bench_sessions
 
     cfg = load_config(args.config)
     try:
@@ -295,7 +297,7 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_soak(args: argparse.Namespace) -> int:
-    from edge_app.bench_soak import bench_soak
+    from edge_app.bench.soak import bench_soak
 
     cfg = load_config(args.config)
     print(f"soak: {args.offers} offers that never connect over {args.seconds:.0f} s, max_sessions "
@@ -331,9 +333,9 @@ def _segment_ms(text: str) -> tuple[float, float, float] | None:
 
 
 def cmd_bench_network(args: argparse.Namespace) -> int:
-    from edge_app.netbench.bench import POLICIES, BenchOptions, bench_network
-    from edge_app.netbench.netns import NetnsUnavailable
-    from edge_app.netbench.trace import TraceError
+    from edge_app.bench.netbench.bench import POLICIES, BenchOptions, bench_network
+    from edge_app.bench.netbench.netns import NetnsUnavailable
+    from edge_app.bench.netbench.trace import TraceError
 
     policies = args.policy or list(POLICIES)
     if unknown := [p for p in policies if p not in POLICIES]:
@@ -343,7 +345,7 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
                         segment_ms=args.segment_ms, lead_s=args.lead, video_images=args.video_images)
     traces = args.trace or ["step", "bursty"]
     if args.retabulate:
-        from edge_app.netbench.bench import retabulate
+        from edge_app.bench.netbench.bench import retabulate
 
         retabulate(args.out, traces, policies, opts)
         return 0

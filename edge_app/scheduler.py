@@ -18,9 +18,9 @@ import numpy as np
 from edge_app.budget import horizon as exits_that_fit
 from edge_app.config import PolicyConfig
 from edge_app.smoothing import depth_window
-from models.errors import PolicyError, SegmentRunError
-from models.fit import POLICY_FILE, build_policy, fit_chain, lam_for_target, load_policy
-from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, ExitPolicy, FixedExit, Patience
+from models.errors import SegmentRunError
+from models.fit import configured_policy
+from models.policies import ExitPolicy
 from models.runtime import ExitResult, ModelRuntime
 
 
@@ -81,29 +81,5 @@ class FrameScheduler:
 
 
 def policy_from_config(cfg: PolicyConfig, runtime: ModelRuntime) -> ExitPolicy:
-    """The exit policy ``[policy]`` asks for; the dynamic index comes from the model's ``policy.json``,
-    refitted in memory on the model's calibration traces when ``lam`` or ``target_accuracy`` is set."""
-    n = runtime.num_exits
-    if cfg.kind == "fixed":
-        return FixedExit(min(cfg.fixed_exit, n))
-    if cfg.kind == "confidence":
-        return ConfidenceThreshold(cfg.threshold)
-    if cfg.kind == "entropy":
-        return EntropyThreshold(1 - cfg.threshold)
-    if cfg.kind == "patience":
-        return Patience(1)
-    if cfg.kind == "budget-greedy":
-        return BudgetGreedy()
-    folder, manifest = runtime.folder, runtime.manifest
-    from edge_app.policy_cmds import load_traces, saved_calibration_traces, saved_loss_kind
-
-    cal_name = saved_calibration_traces(folder)
-    if cal_name not in manifest.traces:
-        raise PolicyError(f"{folder / POLICY_FILE} was fitted on {cal_name!r} traces, which the model's manifest does "
-                          f"not list; refit it with 'edge-app fit-policy --model {folder}'")
-    if cfg.lam is None and cfg.target_accuracy is None:
-        return load_policy(folder, n, manifest.traces[cal_name].sha256)
-    probs, labels = load_traces(folder, manifest, cal_name)
-    chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=saved_loss_kind(folder))
-    lam = cfg.lam if cfg.lam is not None else lam_for_target(chain, probs, labels, cfg.target_accuracy or 1.0)[0]
-    return build_policy(chain, lam)
+    """The exit policy ``[policy]`` asks for, for the runtime's model (``models.fit.configured_policy``)."""
+    return configured_policy(runtime.folder, cfg.kind, cfg.lam, cfg.target_accuracy, cfg.threshold, cfg.fixed_exit)

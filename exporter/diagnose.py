@@ -31,7 +31,7 @@ def _accuracy(probs: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def per_photo(folder: Path, data: Path) -> str:
     """Per-exit accuracy on each test photo, from the model's test traces and the split's photo index."""
-    from edge_app.policy_cmds import CODEC_SUFFIX, load_traces
+    from models.folder import CODEC_SUFFIX, load_traces
 
     manifest = read_manifest(folder)
     src = data / "test.npz"

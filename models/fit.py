@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +34,21 @@ import numpy as np
 
 from models.chain import ChainSolution, solve_horizons
 from models.errors import PolicyError
-from models.policies import DynamicIndex, run_on_trace
+from models.folder import POLICY_FILE, load_traces, policy_meta, trace_names
+from models.manifest import read_manifest
+from models.policies import (
+    BudgetGreedy,
+    ConfidenceThreshold,
+    DynamicIndex,
+    EntropyThreshold,
+    ExitPolicy,
+    FixedExit,
+    Patience,
+    run_on_trace,
+)
 
 log = logging.getLogger(__name__)
 
-POLICY_FILE = "policy.json"
 POLICY_FORMAT = 1
 LOSS_KINDS = ("error", "one-minus-confidence")
 MIN_LOSS = 1e-6
@@ -254,3 +265,71 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         raise PolicyError(f"{path} was fitted on other calibration traces than the model's; refit it")
     return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)), answer_loss=answer)
 
+
+def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,
+               loss_kind: str = "auto", traces: str = "auto") -> dict[str, Any]:
+    """Fit on the calibration traces, choose lam, write ``policy.json``; returns what was chosen.
+
+    ``traces``: which calibration traces (``trace_names``); the VP8-coded ones when the folder has them."""
+    manifest = read_manifest(folder)
+    t0 = time.perf_counter()
+    cal_name = trace_names(manifest, traces)[0]
+    probs, labels = load_traces(folder, manifest, cal_name)
+    final_acc = float((probs[:, -1].argmax(-1) == labels).mean())
+    kinds = LOSS_KINDS if loss_kind == "auto" else (loss_kind,)
+    target = None if lam is not None else (final_acc - 0.01 if target_accuracy is None else target_accuracy)
+    best: tuple[float, float, float, FittedChain] | None = None
+    for kind in kinds:  # "auto": the loss kind whose policy is cheaper at the target, on the calibration traces
+        chain = fit_chain(probs, labels, manifest.costs_ms, bins=bins, loss_kind=kind)
+        if lam is None:
+            assert target is not None
+            k_lam, acc, cost = lam_for_target(chain, probs, labels, target)
+        else:
+            k_lam = lam
+            acc, cost = replay_index(build_policy(chain, lam), probs, labels, chain.cost)
+        if best is None or (acc >= (target or 0.0) and cost < best[2]):
+            best = (k_lam, acc, cost, chain)
+    assert best is not None
+    lam, acc, cost, chain = best
+    policy = build_policy(chain, lam)
+    seconds = time.perf_counter() - t0
+    info = {"lam": lam, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,
+            "target_accuracy": target, "calibration_accuracy": acc,
+            "calibration_cost": cost, "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
+            "fit_seconds": round(seconds, 3)}
+    path = save_policy(folder, chain, policy, manifest.traces[cal_name].sha256, info)
+    log.info("wrote %s: fitted on %s traces, lam=%.4f, calibration accuracy %.4f at cost %.3f of full depth "
+             "(%.2fs)", path, cal_name, lam, acc, cost, seconds)
+    return info
+
+
+# --- the policy a configuration asks for -----------------------------------------------------------------------
+
+POLICY_KINDS = ("dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy")
+
+
+def configured_policy(folder: Path, kind: str, lam: float | None = None, target_accuracy: float | None = None,
+                      threshold: float = 0.9, fixed_exit: int = 3) -> ExitPolicy:
+    """The exit policy ``[policy]`` asks for; the dynamic index comes from the model's ``policy.json``, refitted in
+    memory on the model's calibration traces when ``lam`` or ``target_accuracy`` is set."""
+    manifest = read_manifest(folder)
+    n = len(manifest.exits)
+    simple: dict[str, ExitPolicy] = {"fixed": FixedExit(min(fixed_exit, n)),
+                                     "confidence": ConfidenceThreshold(threshold),
+                                     "entropy": EntropyThreshold(1 - threshold), "patience": Patience(1),
+                                     "budget-greedy": BudgetGreedy()}
+    if kind in simple:
+        return simple[kind]
+    if kind != "dynamic-index":
+        raise PolicyError(f"unknown policy kind {kind!r}; choose from {POLICY_KINDS}")
+    meta = policy_meta(folder)
+    cal_name = str(meta["calibration_traces"])
+    if cal_name not in manifest.traces:
+        raise PolicyError(f"{folder / POLICY_FILE} was fitted on {cal_name!r} traces, which the model's manifest does "
+                          f"not list; refit it with 'edge-app fit-policy --model {folder}'")
+    if lam is None and target_accuracy is None:
+        return load_policy(folder, n, manifest.traces[cal_name].sha256)
+    probs, labels = load_traces(folder, manifest, cal_name)
+    chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=str(meta["loss_kind"]))
+    lam = lam if lam is not None else lam_for_target(chain, probs, labels, target_accuracy or 1.0)[0]
+    return build_policy(chain, lam)

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from edge_app.bench.peer import results_channel  # noqa: F401  (the tests import it from here)
 from edge_app.config import AppConfig
-from streams.testpeer import results_channel  # noqa: F401  (the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "default"
@@ -144,8 +144,8 @@ def skip_or_fail(reason: str) -> None:
 @contextlib.asynccontextmanager
 async def chromium_page(fake_camera: Path | None = None, extra_args: list[str] | None = None) -> AsyncIterator[Any]:
     """A page in Debian's headless Chromium (the same launcher the network benchmark's driver uses)."""
-    from edge_app.netbench.driver import CHROMIUM
-    from edge_app.netbench.driver import chromium_page as launch
+    from edge_app.bench.netbench.driver import CHROMIUM
+    from edge_app.bench.netbench.driver import chromium_page as launch
 
     if shutil.which(CHROMIUM) is None:
         skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")

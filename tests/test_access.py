@@ -169,7 +169,7 @@ async def test_beyond_max_sessions_new_ones_get_503_and_the_running_one_goes_on(
     from aiortc import RTCPeerConnection
     from test_live_session import collect, connect
 
-    from streams.testvideo import LabelledVideo, LabelledVideoTrack
+    from edge_app.bench.testvideo import LabelledVideo, LabelledVideoTrack
 
     rng = np.random.default_rng(0)
     video = LabelledVideo(rng.integers(0, 256, (10, 96, 96, 3), dtype=np.uint8), np.zeros(10, int), hold=3)

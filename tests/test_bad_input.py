@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_live_session import VideoFileTrack, collect, connect
 
+from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
-from streams.testvideo import LabelledVideo
 
 
 async def _offer_sdp(video: bool = True, channel: bool = True) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streams.testvideo import LabelledVideo, write_y4m
+from edge_app.bench.testvideo import LabelledVideo, write_y4m
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "test-browser"

@@ -19,9 +19,9 @@ from conftest import skip_or_fail
 from test_live_session import VideoFileTrack, collect, connect
 from test_rtsp import _status, _wait
 
+from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
+from edge_app.bench.testvideo import LabelledVideo, write_jpegs
 from edge_app.config import AppConfig
-from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
-from streams.testvideo import LabelledVideo, write_jpegs
 
 pytestmark = [pytest.mark.slow]
 

@@ -26,9 +26,9 @@ import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from conftest import REPO, skip_or_fail
 
+from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
+from edge_app.bench.testvideo import LabelledVideo, write_jpegs
 from edge_app.config import AppConfig
-from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
-from streams.testvideo import LabelledVideo, write_jpegs
 
 pytestmark = pytest.mark.slow
 

@@ -25,8 +25,8 @@ import pytest
 from aiortc import RTCPeerConnection
 from test_live_session import VideoFileTrack, collect, connect
 
+from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
-from streams.testvideo import LabelledVideo
 
 pytestmark = pytest.mark.slow
 WARMUP, CYCLES = 10, int(os.environ.get("EDGE_APP_CHURN_CYCLES", "300"))

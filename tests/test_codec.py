@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edge_app.policy_cmds import trace_names
+from edge_app.bench.codec import vp8_roundtrip
+from edge_app.bench.testvideo import LabelledVideo
 from models.errors import ModelFolderError
+from models.folder import trace_names
 from models.manifest import read_manifest
-from streams.codec import vp8_roundtrip
-from streams.testvideo import LabelledVideo
 
 
 def _video(n: int = 12) -> LabelledVideo:
@@ -45,10 +45,10 @@ def test_vp8_roundtrip_returns_each_frame_degraded_by_bitrate_and_repeatably() -
 @pytest.mark.train
 def test_codec_traces_are_listed_and_the_policy_is_fitted_on_them(tiny_model_folder: Path,
                                                                   demo_data_dir: Path, tmp_path: Path) -> None:
-    from edge_app.codec_traces import write_codec_traces
+    from edge_app.bench.codec_traces import write_codec_traces
     from edge_app.config import PolicyConfig
-    from edge_app.policy_cmds import fit_policy
     from edge_app.scheduler import policy_from_config
+    from models.fit import fit_policy
     from models.runtime import ModelRuntime
 
     folder = tmp_path / "m"

@@ -48,11 +48,11 @@ def test_default_model_runs() -> None:
 
 
 def test_default_model_ships_its_policy_tables_fitted_on_vp8_coded_frames() -> None:
-    from edge_app.policy_cmds import saved_calibration_traces
+    from models.folder import policy_meta
     from models.fit import load_policy
 
     m = read_manifest(DEFAULT)
     # the live path analyses what VP8 delivered, so the shipped policy is fitted on such frames
-    assert saved_calibration_traces(DEFAULT) == "calibration-vp8"
+    assert policy_meta(DEFAULT)["calibration_traces"] == "calibration-vp8"
     pol = load_policy(DEFAULT, len(m.exits), m.traces["calibration-vp8"].sha256)
     assert 0 < pol.lam <= 1 and [s.n_exits for s in pol.solutions] == [1, 2, 3]

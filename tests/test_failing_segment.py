@@ -22,12 +22,12 @@ from aiortc import RTCPeerConnection
 from onnx import TensorProto, helper
 from test_live_session import VideoFileTrack, collect, connect
 
+from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
 from edge_app.scheduler import FrameScheduler
 from models.errors import SegmentRunError
 from models.policies import FixedExit
 from models.runtime import ModelRuntime
-from streams.testvideo import LabelledVideo
 
 DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
 

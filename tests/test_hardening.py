@@ -210,7 +210,7 @@ def test_offer_sdp_checks_are_pure(size: int) -> None:
 def test_soak_of_offers_that_never_connect(tmp_path: Path) -> None:
     """A short run of ``edge-app bench-soak`` (the full one: 200 offers over 2 minutes): a real server process,
     offers from peers that are gone, every session closed, no growth of threads, fds or RSS, a real client after."""
-    from edge_app.bench_soak import bench_soak
+    from edge_app.bench.soak import bench_soak
 
     report = bench_soak(REPO / "models" / "default", offers=30, seconds=10.0, max_sessions=4, connect_timeout_s=2.0,
                         out=tmp_path)

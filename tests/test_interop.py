@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from conftest import REPO, running_app, skip_or_fail
 
+from edge_app.bench.testvideo import LabelledVideo, write_y4m
 from edge_app.config import AppConfig
-from streams.testvideo import LabelledVideo, write_y4m
 
 pytestmark = pytest.mark.slow
 

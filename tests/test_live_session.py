@@ -23,8 +23,8 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 from conftest import results_channel
 
+from edge_app.bench.testvideo import LabelledVideo, LabelledVideoTrack
 from streams.stamp import read_stamp
-from streams.testvideo import LabelledVideo, LabelledVideoTrack
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from conftest import skip_or_fail
 
-from edge_app.netbench import netns
-from edge_app.netbench.bench import BenchOptions, run_one
-from edge_app.netbench.trace import load_trace
+from edge_app.bench.netbench import netns
+from edge_app.bench.netbench.bench import BenchOptions, run_one
+from edge_app.bench.netbench.trace import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -99,7 +99,7 @@ def _echo(ns: netns.Namespaces, trace: Path, count: int, gap_s: float, tmp: Path
     script = tmp / "echo.py"
     script.write_text(ECHO)
     server = subprocess.Popen(["ip", "netns", "exec", ns.app, sys.executable, str(script), "server"])
-    bridge = subprocess.Popen(["ip", "netns", "exec", ns.mid, sys.executable, "-m", "edge_app.netbench.bridge",
+    bridge = subprocess.Popen(["ip", "netns", "exec", ns.mid, sys.executable, "-m", "edge_app.bench.netbench.bridge",
                                netns.MID_TO_APP, netns.MID_TO_CLI, "--trace", str(trace), "--log",
                                str(tmp / "bridge.jsonl")], cwd=REPO)
     try:
@@ -138,9 +138,10 @@ def test_bridge_rate_limit_is_a_tbf(tmp_path: Path) -> None:
     (tmp_path / "sink.py").write_text(SINK)
     (tmp_path / "blast.py").write_text(BLAST)
     with netns.namespaces() as ns:
-        bridge = subprocess.Popen(["ip", "netns", "exec", ns.mid, sys.executable, "-m", "edge_app.netbench.bridge",
-                                   netns.MID_TO_APP, netns.MID_TO_CLI, "--trace", str(tmp_path / "rate.csv"),
-                                   "--log", str(tmp_path / "bridge.jsonl")], cwd=REPO)
+        bridge = subprocess.Popen(["ip", "netns", "exec", ns.mid, sys.executable, "-m",
+                                   "edge_app.bench.netbench.bridge", netns.MID_TO_APP, netns.MID_TO_CLI,
+                                   "--trace", str(tmp_path / "rate.csv"), "--log", str(tmp_path / "bridge.jsonl")],
+                                  cwd=REPO)
         try:
             time.sleep(0.5)
             qdisc = subprocess.run(["ip", "netns", "exec", ns.mid, "tc", "qdisc", "show", "dev", netns.MID_TO_APP],
@@ -166,7 +167,7 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     _need_netns()
     if shutil.which("/usr/bin/chromium") is None:
         skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")
-    from edge_app.netbench.bench import camera_video
+    from edge_app.bench.netbench.bench import camera_video
 
     demo = tmp_path / "test.npz"  # the demo recipe's test split, as `python -m exporter data` writes it
     np.savez(demo, images=demo_test_split[0], labels=demo_test_split[1])

@@ -175,7 +175,8 @@ def test_saved_tables_round_trip(tmp_path: Path) -> None:
 
 @pytest.mark.train
 def test_fit_policy_and_evaluate_on_an_exported_model(tiny_model_folder: Path, tmp_path: Path) -> None:
-    from edge_app.policy_cmds import evaluate, fit_policy
+    from edge_app.bench.evaluate import evaluate
+    from models.fit import fit_policy
     from models.manifest import read_manifest
 
     folder = tmp_path / "m"

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from conftest import results_channel, skip_or_fail
 
-from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
-from streams.testvideo import LabelledVideo, write_jpegs
+from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
+from edge_app.bench.testvideo import LabelledVideo, write_jpegs
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "test-rtsp"

@@ -17,8 +17,8 @@ from aiortc import RTCPeerConnection
 from conftest import DEFAULT_MODEL
 from test_live_session import VideoFileTrack, collect, connect
 
-from streams.rtsp_test_camera import free_port
-from streams.testvideo import LabelledVideo
+from edge_app.bench.rtsp_camera import free_port
+from edge_app.bench.testvideo import LabelledVideo
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from edge_app.netbench import netns
-from edge_app.netbench.trace import Step, Trace, load_trace
-from streams.testvideo import LabelledVideo, write_y4m
+from edge_app.bench.netbench import netns
+from edge_app.bench.netbench.trace import Step, Trace, load_trace
+from edge_app.bench.testvideo import LabelledVideo, write_y4m
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PORT = 8080
 VIDEO_IMAGES = 600  # demo test images in the camera's video (3 frames each)
 RECOVERY_S = 3.0  # good-network frames this soon after the path came back are reported apart (summary.md)
@@ -387,12 +387,12 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
         if ns is not None:
             bridge_log = out / "bridge.jsonl"
             bridge_log.unlink(missing_ok=True)
-            bridge = subprocess.Popen([*inside("mid"), py, "-m", "edge_app.netbench.bridge",
+            bridge = subprocess.Popen([*inside("mid"), py, "-m", "edge_app.bench.netbench.bridge",
                                        netns.MID_TO_APP, netns.MID_TO_CLI, "--trace", str(trace_path),
                                        "--start-at", repr(t0), "--log", str(bridge_log)], env=env, cwd=REPO)
         try:
             until = t0 + trace.duration_s + 1.5  # the last frames' results are still on their way
-            drv = subprocess.run([*inside("cli"), py, "-m", "edge_app.netbench.driver",
+            drv = subprocess.run([*inside("cli"), py, "-m", "edge_app.bench.netbench.driver",
                                   "--url", f"http://{addr}:{PORT}/?probe=1", "--camera", str(camera),
                                   "--until", repr(until), "--out", str(out / "page.json"),
                                   "--screenshot", str(out / "page.png")],

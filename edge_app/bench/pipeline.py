@@ -31,6 +31,7 @@ import numpy as np
 from aiortc.codecs.vpx import Vp8Decoder, Vp8Encoder
 from aiortc.jitterbuffer import JitterFrame
 
+from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
 from edge_app.metrics import Metrics
 from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
@@ -38,7 +39,6 @@ from edge_app.scheduler import policy_from_config
 from models.runtime import ModelRuntime
 from streams.frames import LatestSlot, SlotClosed, SourceFrame
 from streams.netstats import NetworkEstimate
-from streams.testvideo import LabelledVideo
 
 FPS = 30
 HEADER = f"{'window':>13} {'frames/s':>9} {'dropped':>8} {'latency p50':>12} {'p95 ms':>8} {'RSS MB':>8}"

@@ -30,12 +30,12 @@ import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
-from streams.rtsp_test_camera import RtspServer, free_port, gst_rtsp_available
-from streams.testpeer import results_channel
-from streams.testvideo import LabelledVideo, LabelledVideoTrack, write_jpegs
+from edge_app.bench.peer import results_channel
+from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
+from edge_app.bench.testvideo import LabelledVideo, LabelledVideoTrack, write_jpegs
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass

@@ -1,89 +1,20 @@
-"""``edge-app fit-policy`` and ``edge-app evaluate``: tables beside the model, Pareto fronts on test traces."""
+"""``edge-app evaluate``: every policy replayed on the test traces: a table, Pareto fronts (matplotlib), JSON."""
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from models.errors import ModelFolderError
-from models.evaluate import PolicyPoint, cheapest_reaching, dominance, pareto_front, replay, sweep
-from models.fit import LOSS_KINDS, POLICY_FILE, FittedChain, build_policy, fit_chain, lam_for_target, save_policy
-from models.manifest import Manifest, read_manifest, verify_file
+from models.evaluate import PolicyPoint, cheapest_reaching, dominance, pareto_front, sweep
+from models.fit import fit_chain
+from models.folder import load_traces, policy_meta, trace_names
+from models.manifest import read_manifest
 
 log = logging.getLogger(__name__)
 
 BASELINES_COMPARED = ("confidence", "patience")
-TRACE_KINDS = ("auto", "clean", "vp8")
-CODEC_SUFFIX = "-vp8"  # manifest trace names of VP8-coded frames: "calibration-vp8", "test-vp8"
-
-
-def load_traces(folder: Path, manifest: Manifest, split: str) -> tuple[np.ndarray, np.ndarray]:
-    spec = manifest.traces[split]
-    path = verify_file(folder, spec.file, spec.sha256)
-    with np.load(path) as z:
-        return z["probs"].astype(np.float64), z["labels"]
-
-
-def trace_names(manifest: Manifest, kind: str = "auto") -> tuple[str, str]:
-    """(calibration, test) trace names for ``kind``: "clean" (the data set's pixels), "vp8" (the frames after a
-    VP8 round trip, ``edge-app codec-traces``), or "auto": vp8 when the model folder has them, else clean."""
-    if kind not in TRACE_KINDS:
-        raise ValueError(f"trace kind must be one of {TRACE_KINDS}, got {kind!r}")
-    coded = ("calibration" + CODEC_SUFFIX, "test" + CODEC_SUFFIX)
-    if kind == "vp8" or (kind == "auto" and all(n in manifest.traces for n in coded)):
-        missing = [n for n in coded if n not in manifest.traces]
-        if missing:
-            raise ModelFolderError(f"the model's manifest lists no {' or '.join(missing)} traces: write them with "
-                                   "'edge-app codec-traces'")
-        return coded
-    return "calibration", "test"
-
-
-def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,
-               loss_kind: str = "auto", traces: str = "auto") -> dict[str, Any]:
-    """Fit on the calibration traces, choose lam, write ``policy.json``; returns what was chosen.
-
-    ``traces``: which calibration traces (``trace_names``); the VP8-coded ones when the folder has them."""
-    manifest = read_manifest(folder)
-    t0 = time.perf_counter()
-    cal_name = trace_names(manifest, traces)[0]
-    probs, labels = load_traces(folder, manifest, cal_name)
-    final_acc = float((probs[:, -1].argmax(-1) == labels).mean())
-    kinds = LOSS_KINDS if loss_kind == "auto" else (loss_kind,)
-    target = None if lam is not None else (final_acc - 0.01 if target_accuracy is None else target_accuracy)
-    best: tuple[float, float, float, FittedChain] | None = None
-    for kind in kinds:  # "auto": the loss kind whose policy is cheaper at the target, on the calibration traces
-        chain = fit_chain(probs, labels, manifest.costs_ms, bins=bins, loss_kind=kind)
-        if lam is None:
-            assert target is not None
-            k_lam, acc, cost = lam_for_target(chain, probs, labels, target)
-        else:
-            k_lam = lam
-            acc, cost = replay_point(chain, lam, probs, labels)
-        if best is None or (acc >= (target or 0.0) and cost < best[2]):
-            best = (k_lam, acc, cost, chain)
-    assert best is not None
-    lam, acc, cost, chain = best
-    policy = build_policy(chain, lam)
-    seconds = time.perf_counter() - t0
-    info = {"lam": lam, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,
-            "target_accuracy": target, "calibration_accuracy": acc,
-            "calibration_cost": cost, "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
-            "fit_seconds": round(seconds, 3)}
-    path = save_policy(folder, chain, policy, manifest.traces[cal_name].sha256, info)
-    log.info("wrote %s: fitted on %s traces, lam=%.4f, calibration accuracy %.4f at cost %.3f of full depth "
-             "(%.2fs)", path, cal_name, lam, acc, cost, seconds)
-    return info
-
-
-def replay_point(chain: FittedChain, lam: float, probs: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
-    p = replay(build_policy(chain, lam), probs, labels, chain.cost, probs.shape[1])
-    return p.accuracy, p.mean_cost
 
 
 def _by_policy(points: list[PolicyPoint]) -> dict[str, list[PolicyPoint]]:
@@ -94,23 +25,6 @@ def _by_policy(points: list[PolicyPoint]) -> dict[str, list[PolicyPoint]]:
     return out
 
 
-def _saved(folder: Path, key: str, default: str) -> str:
-    try:
-        return str(json.loads((folder / POLICY_FILE).read_text()).get(key, default))
-    except (OSError, ValueError):
-        return default
-
-
-def saved_loss_kind(folder: Path) -> str:
-    """The loss kind of the model's fitted ``policy.json`` ("error" if there is none)."""
-    return _saved(folder, "loss_kind", "error")
-
-
-def saved_calibration_traces(folder: Path) -> str:
-    """The traces the model's ``policy.json`` was fitted on ("calibration" if it does not say)."""
-    return _saved(folder, "calibration_traces", "calibration")
-
-
 def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str | None = None, traces: str = "auto"
              ) -> dict[str, Any]:
     """Replay every policy on the test traces at every horizon; write table, plot and JSON into ``out``.
@@ -119,7 +33,7 @@ def evaluate(folder: Path, out: Path, bins: int = 8, loss_kind: str | None = Non
     VP8-coded calibration and test traces (``trace_names``).
     """
     manifest = read_manifest(folder)
-    loss_kind = loss_kind or saved_loss_kind(folder)
+    loss_kind = loss_kind or str(policy_meta(folder)["loss_kind"])
     cal_name, test_name = trace_names(manifest, traces)
     cal_p, cal_y = load_traces(folder, manifest, cal_name)
     test_p, test_y = load_traces(folder, manifest, test_name)

@@ -1,6 +1,6 @@
 """The impairing bridge: a user-space L2 bridge between two interfaces over raw packet sockets.
 
-Run inside the middle namespace (``python -m edge_app.netbench.bridge A B --trace F --start-at EPOCH``).
+Run inside the middle namespace (``python -m edge_app.bench.netbench.bridge A B --trace F --start-at EPOCH``).
 Every frame that arrives on one interface is sent out of the other after the trace's one-way delay
 (plus a uniform 0..jitter), or dropped with the trace's loss probability; the rate limit is a ``tbf``
 qdisc on both interfaces, changed with ``tc`` when the trace says so.  Without jitter frames leave in
@@ -29,7 +29,7 @@ from typing import IO
 
 import numpy as np
 
-from edge_app.netbench.trace import Step, Trace, load_trace
+from edge_app.bench.netbench.trace import Step, Trace, load_trace
 
 ETH_P_ALL = 0x0003
 MAX_FRAME = 65_536
@@ -179,7 +179,7 @@ class Bridge:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m edge_app.netbench.bridge", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m edge_app.bench.netbench.bridge", description=__doc__.split("\n\n")[0])
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--trace", required=True, help="trace CSV (or the name of a shipped trace)")

@@ -2,7 +2,7 @@
 
     [app ns] veth0 10.77.0.1/24 <-> to-app [mid ns: bridge] to-cli <-> veth0 10.77.0.2/24 [cli ns]
 
-The middle namespace has no addresses; the bridge (``edge_app.netbench.bridge``) forwards frames
+The middle namespace has no addresses; the bridge (``edge_app.bench.netbench.bridge``) forwards frames
 between its two interfaces.  IPv6 is off everywhere (no stray router solicitations), offloads are off
 on every veth (frames stay MTU-sized, as on a wire, so delay and tbf act per packet).  Names carry the
 creating process id, so parallel runs do not collide; ``remove_stale`` deletes namespaces left by a

@@ -1,4 +1,4 @@
-"""Start and stop ``streams/rtsp_test_server.py`` (GStreamer, system Python) from the app's Python."""
+"""Start and stop ``edge_app/bench/rtsp_server.py`` (GStreamer, system Python) from the app's Python."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-SERVER = Path(__file__).resolve().parent / "rtsp_test_server.py"
+SERVER = Path(__file__).resolve().parent / "rtsp_server.py"
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 

@@ -4,10 +4,10 @@ The export's traces come from the data set's own pixels.  The live server
 analyses frames a browser encoded with VP8 and aiortc decoded, and coding costs
 the early exits more accuracy than the final one, so a policy fitted on clean
 traces stops too early on live video.  ``codec_traces`` plays a split's images
-as the test camera shows them (``streams.testvideo.LabelledVideo``: each image
+as the test camera shows them (``edge_app.bench.testvideo.LabelledVideo``: each image
 scaled to the frame height, 480 px by default, and centred in a 4:3 frame, held
 ``hold`` frames), sends
-the video through ``streams.codec.vp8_roundtrip`` at ``kbps``, and records
+the video through ``edge_app.bench.codec.vp8_roundtrip`` at ``kbps``, and records
 every exit's softmax, through the runtime's own preprocessing, on one decoded
 frame per image (a seeded random one of its ``hold``: the analyser takes
 whichever frame is newest, so any of them).
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_app.policy_cmds import CODEC_SUFFIX
+from edge_app.bench.codec import vp8_roundtrip
+from edge_app.bench.testvideo import LabelledVideo
+from models.folder import CODEC_SUFFIX
 from models.manifest import TraceSpec, read_manifest, write_manifest
 from models.runtime import ModelRuntime
-from streams.codec import vp8_roundtrip
-from streams.testvideo import LabelledVideo
 
 log = logging.getLogger(__name__)
 

@@ -3,11 +3,11 @@
 Run it with the system Python (GStreamer's bindings come from Debian, not PyPI)::
 
     apt-get install python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-{base,good,ugly}
-    /usr/bin/python3 streams/rtsp_test_server.py --frames DIR/%05d.jpg --port 8554 [--fps 30] [--size 640x480]
+    /usr/bin/python3 edge_app/bench/rtsp_server.py --frames DIR/%05d.jpg --port 8554 [--fps 30] [--size 640x480]
 
 It serves ``rtsp://127.0.0.1:PORT/cam`` (one shared encoder for all
 clients), loops the frames forever and prints ``READY rtsp://...`` once it
-listens.  ``streams.testvideo.write_jpegs`` writes such a frame folder.
+listens.  ``edge_app.bench.testvideo.write_jpegs`` writes such a frame folder.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Headless Chromium with the probe client: connects, runs until a wall-clock time, writes what it saw.
 
-``python -m edge_app.netbench.driver --url http://HOST:PORT/?probe=1 --camera F.y4m --until EPOCH --out F.json``
+``python -m edge_app.bench.netbench.driver --url http://HOST:PORT/?probe=1 --camera F.y4m --until EPOCH --out F.json``
 (the benchmark runs it inside the client namespace).  The JSON holds the page's probe records
 (``edge_app/static/probe.js``): for every counter it stamped the wall-clock stamping time and the
 camera's own stamp, every result message with its arrival time, and the display times of annotated
@@ -91,7 +91,7 @@ async def drive(url: str, camera: Path, until: float, screenshot: Path | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m edge_app.netbench.driver", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m edge_app.bench.netbench.driver", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", required=True)
     p.add_argument("--camera", type=Path, required=True, help="y4m file for Chromium's fake camera")
     p.add_argument("--until", type=float, required=True, help="wall-clock time (time.time()) to stop at")
