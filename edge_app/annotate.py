@@ -1,4 +1,5 @@
-"""Draw the analysis onto the frame that goes back: label, confidence, exit used, RTT, budget."""
+"""RENDER: draw the analysis onto the frame that goes back (label, confidence, exit used, RTT, budget) and turn
+it into the planar YUV 4:2:0 the encoders take.  Run only when some subscriber wants video."""
 
 from __future__ import annotations
 
@@ -52,3 +53,10 @@ def annotate(rgb: np.ndarray, o: Overlay) -> None:
         if k < o.exit_used:
             cv2.rectangle(rgb, pt1, pt2, colour, -1)
         cv2.rectangle(rgb, pt1, pt2, _WHITE, 1)
+
+
+def render(rgb: np.ndarray, o: Overlay) -> np.ndarray:
+    """Annotate ``rgb`` in place and return it as I420 (even width and height), ready for ``av.VideoFrame``."""
+    annotate(rgb, o)
+    out: np.ndarray = cv2.cvtColor(rgb[: rgb.shape[0] & ~1, : rgb.shape[1] & ~1], cv2.COLOR_RGB2YUV_I420)
+    return out

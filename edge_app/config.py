@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from edge_app.errors import EdgeAppError
 
 DEFAULT_CONFIG = Path("config.toml")
 
 
-class ConfigError(ValueError):
+class ConfigError(EdgeAppError, ValueError):
     """The configuration file is missing, not TOML, or has a wrong key or value."""
 
 
@@ -72,20 +74,12 @@ class ModelConfig(_Section):
     providers: list[Literal["cuda", "cpu"]] = Field(["cuda", "cpu"], min_length=1,
                                                      description="ONNX Runtime providers in order of preference")
     threads: int = Field(1, ge=0, le=256, description="intra-op threads (0: ONNX Runtime's default)")
-    workers: int = Field(1, ge=1, le=64, description="inference threads shared by all sessions and cameras")
+    workers: int = Field(1, ge=1, le=64, description="inference threads shared by all sessions and cameras (and as "
+                         "many media threads for frame conversion and annotation)")
     warmup_runs: int = Field(3, ge=0, le=100, description="blank frames run at load")
     cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
-    emulated_slowdown: float = Field(1.0, ge=1, le=100, description="benchmarks only: pad every segment to this "
-                                     "many times its real time (a slower device); 1: off")
-    emulated_segment_ms: list[Annotated[float, Field(gt=0, le=10_000)]] | None = Field(
-        None, min_length=3, max_length=3, description="benchmarks only: pad segment k to this many ms (a fixed "
-        "emulated device, whatever the export measured)")
-
-    @model_validator(mode="after")
-    def _one_emulation(self) -> ModelConfig:
-        if self.emulated_segment_ms is not None and self.emulated_slowdown != 1:
-            raise ValueError("set either emulated_slowdown or emulated_segment_ms, not both")
-        return self
+    backend: Literal["onnxruntime"] = Field("onnxruntime", description="inference backend (models.service.BACKENDS)")
+    cuda_device: int = Field(0, ge=0, le=63, description="which GPU, when the CUDA provider is used")
 
 
 class PolicyConfig(_Section):

@@ -1,4 +1,4 @@
-"""The app's live state: the inference pool, the cameras and their shared analyses, the peer sessions.
+"""The app's live state: the inference service, the cameras and their shared analyses, the peer sessions.
 
 ``Hub.start()`` opens every configured camera and starts its analysis (a
 camera is analysed once, whoever watches); ``create_session`` answers a
@@ -19,11 +19,14 @@ from aiortc.exceptions import InternalError, InvalidAccessError, InvalidStateErr
 
 from edge_app.budget import send_time_ms, worst_network
 from edge_app.config import AppConfig
+from edge_app.decide import PipelineSettings
+from edge_app.errors import EdgeAppError
 from edge_app.metrics import Metrics
-from edge_app.pipeline import AnalysisPipeline, NetworkView
+from edge_app.pipeline import AnalysisPipeline, Engine
+from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
-from models.runtime import ModelRuntime
+from models.service import InferenceService
 from streams.aiortc_adapter import answer_as_dtls_server, floor_remb
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
@@ -38,7 +41,7 @@ SDP_ERRORS = (ValueError, KeyError, IndexError, TypeError, InternalError, Invali
               OperationError)
 
 
-class OfferRefused(Exception):
+class OfferRefused(EdgeAppError):
     """An offer the hub will not answer; ``status`` is the HTTP status to reply with."""
 
     def __init__(self, status: int, reason: str) -> None:
@@ -48,12 +51,13 @@ class OfferRefused(Exception):
 
 
 class Hub:
-    def __init__(self, config: AppConfig, runtime: ModelRuntime, metrics: Metrics) -> None:
+    def __init__(self, config: AppConfig, service: InferenceService, metrics: Metrics) -> None:
         self.config = config
-        self.runtime = runtime
+        self.service = service
         self.metrics = metrics
-        self.policy = policy_from_config(config.policy, runtime)
-        self.executor = ThreadPoolExecutor(config.model.workers, thread_name_prefix="inference")
+        self.policy = policy_from_config(config.policy, service.backend.folder)
+        self.media = ThreadPoolExecutor(config.model.workers, thread_name_prefix="media")
+        self.engine = Engine(service=service, policy=self.policy, metrics=metrics, media=self.media)
         self.cameras: dict[str, RtspCamera] = {}
         self.camera_pipelines: dict[str, AnalysisPipeline] = {}
         self.sessions: dict[str, PeerSession] = {}
@@ -64,6 +68,7 @@ class Hub:
         metrics.add_live_state(lambda: len(self.sessions), lambda: list(self.cameras.values()))
 
     async def start(self) -> None:
+        self.service.start()
         for c in self.config.cameras:
             cam = RtspCamera(c.name, c.url, c.transport, c.open_timeout_s, c.read_timeout_s,
                              Backoff(c.backoff_initial_s, c.backoff_max_s))
@@ -77,9 +82,10 @@ class Hub:
 
     def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], network: Any,
                   probe: bool = False, uplink_from_frames: bool = False) -> AnalysisPipeline:
-        return AnalysisPipeline(source, metric_source, slot, self.runtime, self.policy, self.config.budget,
-                                self.executor, self.metrics, network, probe, self.config.smoothing,
-                                truncate=self.config.policy.truncate, uplink_from_frames=uplink_from_frames)
+        settings = PipelineSettings(budget=self.config.budget, smoothing=self.config.smoothing,
+                                    truncate=self.config.policy.truncate, probe=probe,
+                                    uplink_from_frames=uplink_from_frames)
+        return AnalysisPipeline(source, metric_source, slot, self.engine, settings, network)
 
     def camera_network(self, camera: str) -> NetworkView:
         """A camera's budget must suit every viewer: the view of the one whose network costs most."""
@@ -128,7 +134,7 @@ class Hub:
         ice = [RTCIceServer(s.urls, s.username, s.credential) for s in self.config.server.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         srv = self.config.server
-        session = PeerSession(uuid.uuid4().hex[:12], pc, self.config.budget, self.runtime.class_names, camera, probe,
+        session = PeerSession(uuid.uuid4().hex[:12], pc, self.config.budget, self.service.class_names, camera, probe,
                               self.metrics.results_dropped.inc, self._forget,
                               self.metrics.frames_dropped.labels(camera or "browser", "send").inc,
                               peer_timeout_s=srv.peer_timeout_s, connect_timeout_s=srv.connect_timeout_s,
@@ -153,17 +159,17 @@ class Hub:
         answer_as_dtls_server(pc)  # peers with RSA certificates (GStreamer's webrtcbin) need aiortc as DTLS server
         video = [t for t in pc.getTransceivers() if t.kind == "video"]
         analysed = next((t for t in video if t.receiver.track is not None and t.receiver.track in offered), None)
-        if camera is None:
-            if analysed is None:
-                raise OfferRefused(400, "the offer sends no video track and names no camera: nothing to analyse "
-                                        "(add a video track, or ask for one of the configured cameras)")
-            self._analyse_browser_camera(session, analysed)
-        else:
-            session.watch(self.camera_pipelines[camera])
+        if camera is None and analysed is None:
+            raise OfferRefused(400, "the offer sends no video track and names no camera: nothing to analyse "
+                                    "(add a video track, or ask for one of the configured cameras)")
         used = set()
         if video:
             session.attach_outbound()
             used.add(next(t for t in pc.getTransceivers() if t.sender is session.video_sender))
+        if camera is None and analysed is not None:
+            self._analyse_browser_camera(session, analysed)
+        elif camera is not None:
+            session.watch(self.camera_pipelines[camera])
         if camera is None and analysed is not None:
             used.add(analysed)
         for t in pc.getTransceivers():
@@ -209,7 +215,8 @@ class Hub:
             await asyncio.wait_for(asyncio.gather(*closers, return_exceptions=True), timeout)
         except TimeoutError:
             log.warning("shutdown: peers and cameras did not all close within %.1f s", timeout)
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        await self.service.stop()
+        self.media.shutdown(wait=False, cancel_futures=True)
         log.info("shutdown: done (%d session(s) left open)", len(self.sessions))
 
     def status(self) -> dict[str, Any]:
@@ -230,7 +237,8 @@ class Hub:
             "resolution": cam.resolution, "frames_analysed": pipe.analysed, "frames_dropped_stale": pipe.slot.dropped,
             "analysis_errors": pipe.errors, "deadline_misses": pipe.deadline_misses,
             "viewers": sum(1 for s in self.sessions.values() if s.camera == name),
-            "last_result": None if last is None else {"label": self.runtime.class_names[last.smoothed_class],
+            "frames_rendered": pipe.rendered,
+            "last_result": None if last is None else {"label": self.service.class_names[last.smoothed_class],
                                                       "confidence": round(last.smoothed_confidence, 3),
                                                       "exit": last.exit},
         }

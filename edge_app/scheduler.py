@@ -1,27 +1,27 @@
 """Per-frame scheduling: how many exits fit, which the policy runs, what it answers.
 
-``FrameScheduler.analyse`` is synchronous and meant to run in the inference
-thread (never on the event loop).  It takes the compute budget the caller
-worked out (``edge_app.budget``), truncates the chain to the exits whose
-predicted cost (the runtime's running high-percentile estimates) fits, lets
-the policy decide after each exit within the depth window, and records the
-decision.
+``FrameScheduler`` takes the compute budget the caller worked out
+(``edge_app.budget``), truncates the chain to the exits whose predicted cost
+(the inference service's running high-percentile estimates) fits, bounds the
+depth window (``edge_app.smoothing.depth_window``), submits the frame to the
+inference service (the policy decides after each exit there) and turns the
+outcome into a ``FrameDecision``.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from edge_app.budget import horizon as exits_that_fit
 from edge_app.config import PolicyConfig
 from edge_app.smoothing import depth_window
-from models.errors import SegmentRunError
 from models.fit import configured_policy
 from models.policies import ExitPolicy
-from models.runtime import ExitResult, ModelRuntime
+from models.runtime import ExitResult
+from models.service import ChainOutcome, ChainRequest, InferenceService
 
 
 @dataclass(frozen=True)
@@ -38,48 +38,58 @@ class FrameDecision:
     error: str | None = None  # a segment after the first raised: the answer is the best exit before it
 
 
+@dataclass(frozen=True)
+class ExitPlan:
+    horizon: int  # exits whose predicted cost fits the budget
+    min_exits: int  # the depth window: at least ...
+    max_exits: int  # ... and at most this many exits run
+    predicted_ms: tuple[float, ...]  # each segment's predicted (high-percentile) cost
+
+
 class FrameScheduler:
-    def __init__(self, runtime: ModelRuntime, policy: ExitPolicy, max_depth_step: int | None = None,
+    """One source's scheduler: plans each frame's depth from its budget, submits it to the inference service."""
+
+    def __init__(self, service: InferenceService, policy: ExitPolicy, max_depth_step: int | None = None,
                  truncate: bool = True) -> None:
-        self.runtime = runtime
+        self.service = service
         self.truncate = truncate  # False: a baseline that starts every exit its policy wants, deadline or not
         self.policy = policy
         self.max_depth_step = max_depth_step
         self._previous_exits_run: int | None = None
 
     def predicted_costs_ms(self) -> list[float]:
-        return [c.high_ms for c in self.runtime.costs]
+        return self.service.predicted_costs_ms()
 
-    def analyse(self, x: np.ndarray, compute_budget_ms: float) -> FrameDecision:
+    def plan(self, compute_budget_ms: float) -> ExitPlan:
         predicted = self.predicted_costs_ms()
         fit = exits_that_fit(compute_budget_ms, predicted)
-        n = self.runtime.num_exits
+        n = self.service.num_exits
         lo, hi = depth_window(self._previous_exits_run, fit if self.truncate else n, n, self.max_depth_step)
-        run = self.runtime.start(x)
-        decide = self.policy.start(hi)
-        t0 = time.perf_counter()
-        error = None
-        while True:
-            try:
-                res = run.advance()
-            except SegmentRunError as exc:
-                if run.next_exit == 0:
-                    raise  # no exit has answered: the frame fails
-                error = str(exc)  # a failing segment costs depth, not the answer (recall of the exits run)
-                break
-            stop = decide.observe(res.probs)
-            if run.next_exit >= hi or (stop and run.next_exit >= lo):
-                break
-        actual = (time.perf_counter() - t0) * 1e3
-        ran = run.next_exit
-        # the policy observed every exit that ran (also those the depth window forced), so its choice stands
-        choice = decide.choice
+        return ExitPlan(horizon=fit, min_exits=lo, max_exits=hi, predicted_ms=tuple(predicted))
+
+    def request(self, x: np.ndarray, plan: ExitPlan) -> ChainRequest:
+        return ChainRequest(x=x, policy=self.policy, min_exits=plan.min_exits, max_exits=plan.max_exits)
+
+    def decision(self, plan: ExitPlan, outcome: ChainOutcome, compute_budget_ms: float) -> FrameDecision:
+        ran = len(outcome.results)
         self._previous_exits_run = ran
-        return FrameDecision(choice, ran, fit, run.results[choice], float(sum(predicted[:ran])), actual,
-                             compute_budget_ms, actual <= compute_budget_ms,
-                             tuple(r.segment_ms for r in run.results), error)
+        return FrameDecision(exit_index=outcome.choice, exits_run=ran, horizon=plan.horizon,
+                             result=outcome.results[outcome.choice],
+                             predicted_ms=float(sum(plan.predicted_ms[:ran])), actual_ms=outcome.actual_ms,
+                             compute_budget_ms=compute_budget_ms, deadline_met=outcome.actual_ms <= compute_budget_ms,
+                             segments_ms=tuple(r.segment_ms for r in outcome.results), error=outcome.error)
+
+    async def analyse(self, x: np.ndarray, compute_budget_ms: float) -> FrameDecision:
+        """Plan, run in the service's inference thread, decide."""
+        plan = self.plan(compute_budget_ms)
+        return self.decision(plan, await self.service.run(self.request(x, plan)), compute_budget_ms)
+
+    def analyse_now(self, x: np.ndarray, compute_budget_ms: float) -> FrameDecision:
+        """The same in the calling thread (offline tools and benchmarks that run frame by frame)."""
+        plan = self.plan(compute_budget_ms)
+        return self.decision(plan, self.service.run_now(self.request(x, plan)), compute_budget_ms)
 
 
-def policy_from_config(cfg: PolicyConfig, runtime: ModelRuntime) -> ExitPolicy:
-    """The exit policy ``[policy]`` asks for, for the runtime's model (``models.fit.configured_policy``)."""
-    return configured_policy(runtime.folder, cfg.kind, cfg.lam, cfg.target_accuracy, cfg.threshold, cfg.fixed_exit)
+def policy_from_config(cfg: PolicyConfig, model_folder: Path) -> ExitPolicy:
+    """The exit policy ``[policy]`` asks for, for the model in ``model_folder`` (``models.fit.configured_policy``)."""
+    return configured_policy(model_folder, cfg.kind, cfg.lam, cfg.target_accuracy, cfg.threshold, cfg.fixed_exit)

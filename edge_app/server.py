@@ -1,4 +1,4 @@
-"""The HTTP side of ``edge-app serve``: ``create_app(config, runtime) -> web.Application``.
+"""The HTTP side of ``edge-app serve``: ``create_app(config, service) -> web.Application``.
 
 Routes: ``/`` (the browser client), ``POST /offer`` (WebRTC signalling, JSON
 ``{"sdp", "type": "offer", "camera"?, "probe"?}`` answered in the same shape
@@ -27,10 +27,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from edge_app.access import OfferRateLimiter, auth_middleware, cors_middleware, effective_token
 from edge_app.config import AppConfig
+from edge_app.errors import EdgeAppError
 from edge_app.hub import Hub, OfferRefused
 from edge_app.metrics import Metrics
 from edge_app.stallwatch import StallWatch
-from models.runtime import ModelRuntime
+from models.service import InferenceService
 from streams.ice import machine_host_addresses, restrict_host_addresses
 from streams.redact import add_secret, add_url_secrets
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 CONFIG_KEY = web.AppKey("config", AppConfig)
-RUNTIME_KEY = web.AppKey("runtime", ModelRuntime)
+SERVICE_KEY = web.AppKey("service", InferenceService)
 STARTED_KEY = web.AppKey("started", float)
 HUB_KEY = web.AppKey("hub", Hub)
 METRICS_KEY = web.AppKey("metrics", Metrics)
@@ -76,20 +77,23 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return json_error(exc.status, reason, {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")})
 
 
-def model_status(rt: ModelRuntime) -> dict[str, Any]:
+def model_status(service: InferenceService) -> dict[str, Any]:
+    rt = service.backend
     m = rt.manifest
     return {
         "name": m.name,
         "folder": str(rt.folder),
         "providers": rt.providers,
         "device": rt.device,
+        "device_name": rt.device_name,
+        "num_exits": rt.num_exits,
         "input": [m.input.height, m.input.width],
         "classes": m.class_names,
         "exits": [
             {"name": ex.name, "test_accuracy": ex.test_accuracy, "backbone_fraction": ex.backbone_fraction,
              "manifest_cost_ms": ex.cpu_cost.median_ms, "cost_median_ms": round(c.median_ms, 3),
              "cost_p95_ms": round(c.high_ms, 3), "runs": c.count}
-            for ex, c in zip(m.exits, rt.costs, strict=True)
+            for ex, c in zip(m.exits, service.costs, strict=True)
         ],
     }
 
@@ -107,7 +111,7 @@ async def status(request: web.Request) -> web.Response:
     cfg = app[CONFIG_KEY]
     return web.json_response({
         "uptime_s": round(time.monotonic() - app[STARTED_KEY], 1),
-        "model": model_status(app[RUNTIME_KEY]),
+        "model": model_status(app[SERVICE_KEY]),
         "policy": cfg.policy.model_dump(mode="json"),
         "budget": cfg.budget.model_dump(mode="json"),
         "limits": {"max_sessions": cfg.server.max_sessions, "connect_timeout_s": cfg.server.connect_timeout_s,
@@ -203,8 +207,9 @@ def register_secrets(cfg: AppConfig, token: str | None) -> None:
         add_url_secrets(cam.url)
 
 
-def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = None) -> web.Application:
-    """The application; ``token`` (default: ``effective_token(config)``) guards all but the page and /healthz."""
+def create_app(config: AppConfig, service: InferenceService, token: str | None = None) -> web.Application:
+    """The application around the inference ``service`` (started and stopped with it); ``token`` (default:
+    ``effective_token(config)``) guards all but the page and /healthz."""
     token = effective_token(config) if token is None else token
     register_secrets(config, token)
     guards = [auth_middleware(token)] if token else []
@@ -212,11 +217,12 @@ def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = Non
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[*cors, json_errors, *guards])
     app[LIMITER_KEY] = OfferRateLimiter(config.server.max_offers_per_minute)
     app[CONFIG_KEY] = config
-    app[RUNTIME_KEY] = runtime
+    app[SERVICE_KEY] = service
     app[STARTED_KEY] = time.monotonic()
-    metrics = Metrics(runtime.manifest.name, runtime.providers, runtime.num_exits)
+    rt = service.backend
+    metrics = Metrics(rt.manifest.name, rt.providers, rt.num_exits)
     app[METRICS_KEY] = metrics
-    app[HUB_KEY] = Hub(config, runtime, metrics)
+    app[HUB_KEY] = Hub(config, service, metrics)
     app.cleanup_ctx.append(_watch_loop)
     app.on_startup.append(_start_hub)
     app.on_shutdown.append(_stop_hub)
@@ -229,7 +235,7 @@ def create_app(config: AppConfig, runtime: ModelRuntime, token: str | None = Non
     return app
 
 
-class ListenError(Exception):
+class ListenError(EdgeAppError):
     """The server cannot listen on the address asked for; the message says why and what to do."""
 
     def __init__(self, host: str, port: int, exc: OSError) -> None:

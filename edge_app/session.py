@@ -33,7 +33,8 @@ from aiortc import RTCDataChannel, RTCPeerConnection, RTCRtpSender
 
 from edge_app.budget import expected_frame_bytes
 from edge_app.config import BudgetConfig
-from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
+from edge_app.pipeline import AnalysisPipeline
+from edge_app.results import AnalysedFrame, NetworkView
 from streams.aiortc_adapter import receiver_bitrate_estimate_bps, sender_target_bitrate_bps, tap_rtcp_rtt
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.redact import redact
@@ -100,8 +101,9 @@ class PeerSession:
     # --- wiring --------------------------------------------------------------------------------------------
 
     def watch(self, pipeline: AnalysisPipeline) -> None:
+        """Get ``pipeline``'s results (and its annotated frames, when this session has video to send)."""
         self.watched = pipeline
-        pipeline.outputs.subscribe(self._on_output)
+        pipeline.subscribe(self._on_output, video=self.outbound is not None)
 
     def attach_outbound(self) -> None:
         """Send annotated video on the offer's video m-line (aiortc reuses the offered transceiver)."""
@@ -147,7 +149,7 @@ class PeerSession:
     # --- outputs -------------------------------------------------------------------------------------------
 
     def _on_output(self, af: AnalysedFrame) -> None:
-        if self.outbound is not None:
+        if self.outbound is not None and af.i420 is not None:
             self.outbound.offer(af.video_frame())
         ch = self.channel
         if ch is None:
@@ -309,7 +311,7 @@ class PeerSession:
         current = asyncio.current_task()
         self._tasks = [t for t in self._tasks if t is not current]
         if self.watched is not None:
-            self.watched.outputs.unsubscribe(self._on_output)
+            self.watched.unsubscribe(self._on_output)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

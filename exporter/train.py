@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from exporter.datasets import random_shift
+from exporter.errors import ExporterError
 from exporter.vgg import ThreeExitVGG
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class TrainConfig:
     workers: int = 0  # DataLoader worker processes (0: frames are prepared in the training process)
 
 
-class DeviceError(RuntimeError):
+class DeviceError(ExporterError, RuntimeError):
     """The training device asked for is not there."""
 
 

@@ -24,12 +24,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from exporter.errors import ExporterError
 from exporter.vgg import ArchSpec, FinalExit, Segment, SideExit, ThreeExitVGG
 
 log = logging.getLogger(__name__)
 
 
-class WidenError(ValueError):
+class WidenError(ExporterError, ValueError):
     """The checkpoint cannot be widened as asked."""
 
 

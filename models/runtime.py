@@ -8,8 +8,9 @@
 
 Feature maps stay in ``OrtValue``s bound with IOBinding, so on CUDA they
 never leave the device between segments; only the logits (a few floats)
-are copied to the host.  Each segment's measured time feeds a
-``RunningCost`` that the scheduler reads.
+are copied to the host.  Each ``ExitResult`` carries its segment's measured
+time; ``models.service.InferenceService`` keeps the running cost estimates
+the scheduler reads.  The runtime names its device (``cuda:N`` or ``cpu``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from models.costs import RunningCost
 from models.errors import ModelFolderError, SegmentRunError
 from models.manifest import Manifest, read_manifest, verify_file
 from models.preprocess import Preprocessor
@@ -81,28 +81,27 @@ def resolve_providers(requested: Sequence[str]) -> list[str]:
 
 
 class ModelRuntime:
-    """A validated model folder with one ONNX Runtime session per segment."""
+    """A validated model folder with one ONNX Runtime session per segment, on one device."""
 
     def __init__(self, folder: Path, manifest: Manifest, sessions: list[ort.InferenceSession],
-                 cost_window: int = 256, slowdown: float = 1.0,
-                 segment_ms: Sequence[float] | None = None) -> None:
-        if slowdown < 1:
-            raise ValueError("slowdown must be >= 1")
-        if segment_ms is not None and (len(segment_ms) != len(sessions) or min(segment_ms) <= 0):
-            raise ValueError(f"segment_ms needs {len(sessions)} positive times, got {list(segment_ms)}")
+                 device_id: int = 0) -> None:
         self.folder = folder
-        # Benchmarks only: segment k takes at least pad_ms[k] (None: real speed).
-        self.pad_ms: list[float] | None = (
-            list(segment_ms) if segment_ms is not None
-            else [ex.cpu_cost.median_ms * slowdown for ex in manifest.exits] if slowdown > 1 else None)
         self.manifest = manifest
         self.sessions = sessions
         self.providers = sessions[0].get_providers()
         self.device = "cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu"
+        self.device_id = device_id if self.device == "cuda" else 0
         self.preprocess = Preprocessor(manifest.input)
-        self.costs = [RunningCost(ms, cost_window) for ms in
-                      (self.pad_ms or [ex.cpu_cost.median_ms for ex in manifest.exits])]
-        self.segment_runs = [0] * len(sessions)  # how often each segment ran (for tests and metrics)
+
+    @property
+    def device_name(self) -> str:
+        """Where the segments run: ``cuda:N`` or ``cpu``."""
+        return f"cuda:{self.device_id}" if self.device == "cuda" else "cpu"
+
+    @property
+    def prior_costs_ms(self) -> list[float]:
+        """Each segment's cost before any frame ran: the export's measurement (the manifest)."""
+        return [ex.cpu_cost.median_ms for ex in self.manifest.exits]
 
     @property
     def num_exits(self) -> int:
@@ -114,28 +113,21 @@ class ModelRuntime:
 
     @classmethod
     def load(cls, folder: Path, providers: Sequence[str] = ("cpu",), threads: int = 0, warmup: int = 3,
-             cost_window: int = 256, slowdown: float = 1.0,
-             segment_ms: Sequence[float] | None = None) -> ModelRuntime:
-        """Validate ``folder`` against its manifest, open the sessions and warm them up.
-
-        ``slowdown`` > 1 emulates a slower device (or a heavier model with the same exits): each segment
-        is padded with a sleep until it has taken ``slowdown`` times its calibrated median cost (the
-        manifest's), so measured costs, and everything the scheduler decides from them, are scaled while
-        the CPU stays free, as it is while an accelerator computes.  A segment that is slower than that
-        (a busy CPU) is not padded, so contention still shows.  ``segment_ms`` instead pads segment k
-        to ``segment_ms[k]`` milliseconds: a fixed emulated device, the same whatever the export measured.
-        Benchmarks only; logged as a warning.
-        """
+             device_id: int = 0) -> ModelRuntime:
+        """Validate ``folder`` against its manifest, open the sessions on ``providers`` (CUDA on GPU
+        ``device_id``) and warm them up."""
         manifest = read_manifest(folder)
         names = resolve_providers(providers)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        with_options: list[str | tuple[str, dict[str, str]]] = [
+            (n, {"device_id": str(device_id)}) if n == "CUDAExecutionProvider" else n for n in names]
         sessions = []
         for ex in manifest.exits:
             path = verify_file(folder, ex.file, ex.sha256)
             try:
-                sess = ort.InferenceSession(str(path), opts, providers=names)
+                sess = ort.InferenceSession(str(path), opts, providers=with_options)
             except Exception as exc:  # onnxruntime raises its own pybind types (InvalidProtobuf, Fail, ...)
                 raise ModelFolderError(f"{path}: ONNX Runtime cannot load it ({exc}); re-export the model") from exc
             _check_signature(path, sess, ex.input.name, ex.input.shape,
@@ -144,29 +136,27 @@ class ModelRuntime:
         if "CUDAExecutionProvider" in names and sessions[0].get_providers()[0] != "CUDAExecutionProvider":
             log.warning("CUDA was requested but the session fell back to %s: running on the CPU",
                         sessions[0].get_providers())
-        rt = cls(folder, manifest, sessions, cost_window, slowdown, segment_ms)
-        if rt.pad_ms is not None:
-            log.warning("emulated device: segments padded to %s ms", [round(ms, 2) for ms in rt.pad_ms])
+        rt = cls(folder, manifest, sessions, device_id)
         rt.warm_up(warmup)
-        log.info("model %s loaded from %s on %s", manifest.name, folder, rt.providers)
+        log.info("model %s loaded from %s on %s", manifest.name, folder, rt.device_name)
         return rt
 
     def warm_up(self, runs: int) -> None:
         """Run every segment ``runs`` times on a blank frame (first runs allocate and pick kernels)."""
         shape = self.manifest.exits[0].input.shape
         for _ in range(runs):
-            run = self.start(np.zeros(shape, np.float32), record=False)
+            run = self.start(np.zeros(shape, np.float32))
             while not run.done:
                 run.advance()
 
-    def start(self, x: np.ndarray, record: bool = True) -> InferenceRun:
+    def start(self, x: np.ndarray) -> InferenceRun:
         """Begin a frame; ``x`` is the preprocessed (1, 3, h, w) input."""
-        return InferenceRun(self, x, record)
+        return InferenceRun(self, x)
 
     def all_exits(self, frame_rgb: np.ndarray) -> np.ndarray:
         """(exits, classes) softmax of every exit on one (H, W, 3) uint8 RGB frame, pre-processed as live
-        frames are; offline work (traces, diagnosis): not recorded in the running cost estimates."""
-        run = self.start(self.preprocess(frame_rgb), record=False)
+        frames are (offline work: traces, diagnosis)."""
+        run = self.start(self.preprocess(frame_rgb))
         out = np.empty((self.num_exits, len(self.class_names)), np.float32)
         while not run.done:
             res = run.advance()
@@ -189,11 +179,12 @@ def _check_signature(path: Path, sess: ort.InferenceSession, input_name: str, in
 class InferenceRun:
     """One frame's walk down the chain; ``advance()`` runs the next segment."""
 
-    def __init__(self, runtime: ModelRuntime, x: np.ndarray, record: bool) -> None:
+    def __init__(self, runtime: ModelRuntime, x: np.ndarray) -> None:
         self._rt = runtime
-        self._record = record
         self._device = runtime.device
-        self._value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32), self._device, 0)
+        self._device_id = runtime.device_id
+        self._value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32), self._device,
+                                                       self._device_id)
         self.results: list[ExitResult] = []
 
     @property
@@ -215,25 +206,18 @@ class InferenceRun:
             binding = sess.io_binding()
             binding.bind_ortvalue_input(spec.input.name, self._value)
             if spec.features is not None:
-                binding.bind_output(spec.features.name, self._device, 0)
+                binding.bind_output(spec.features.name, self._device, self._device_id)
             binding.bind_output(spec.logits.name, "cpu")
             sess.run_with_iobinding(binding)
             outs = binding.get_outputs()
         except Exception as exc:  # onnxruntime's pybind errors have no common public base
             raise SegmentRunError(f"segment {k + 1} ({spec.file}) failed: {exc}") from exc
-        if self._rt.pad_ms is not None:
-            pad = self._rt.pad_ms[k] / 1e3 - (time.perf_counter() - t0)
-            if pad > 0:
-                time.sleep(pad)
         ms = (time.perf_counter() - t0) * 1e3
         logits = outs[-1].numpy()[0]
         if spec.features is not None:
             self._value = outs[0]
         probs = softmax(logits.astype(np.float64))
         label = int(probs.argmax())
-        if self._record:
-            self._rt.costs[k].record(ms)
-            self._rt.segment_runs[k] += 1
         res = ExitResult(k, probs, label, float(probs[label]), ms)
         self.results.append(res)
         return res

@@ -33,6 +33,8 @@ from typing import Any
 from aiortc import sdp
 from aiortc.rtp import RtcpRrPacket, RtcpSrPacket
 
+from streams.errors import StreamsError
+
 SENDER_RTT = "_RTCRtpSender__rtt"
 SENDER_LSR = "_RTCRtpSender__lsr"  # middle 32 bits of the NTP time of the last SR sent
 SENDER_LSR_TIME = "_RTCRtpSender__lsr_time"  # time.time() when it was sent
@@ -42,7 +44,7 @@ DTLS_ROLE = "_role"  # RTCDtlsTransport: "auto" until the descriptions fix it, t
 DTLS_SET_ROLE = "_set_role"
 
 
-class AiortcInternalsError(RuntimeError):
+class AiortcInternalsError(StreamsError, RuntimeError):
     """aiortc's private attributes this adapter reads are not where aiortc 1.16.0 kept them."""
 
 

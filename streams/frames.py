@@ -17,6 +17,8 @@ from typing import Generic, TypeVar
 
 import av
 
+from streams.errors import StreamsError
+
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class LatestSlot(Generic[T]):
         return self._closed
 
 
-class SlotClosed(Exception):
+class SlotClosed(StreamsError):
     """The producer went away; no more items will come."""
 
 

@@ -105,12 +105,10 @@ async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> 
     ``static`` adds folders served at URL prefixes (a client page we did not write, served same-origin)."""
     from aiohttp import web
 
+    from edge_app.cli import inference_service
     from edge_app.server import create_app
-    from models.runtime import ModelRuntime
 
-    rt = ModelRuntime.load(cfg.model_path, providers=cfg.model.providers, threads=cfg.model.threads,
-                           warmup=cfg.model.warmup_runs)
-    app = create_app(cfg, rt)
+    app = create_app(cfg, inference_service(cfg))
     for prefix, folder in (static or {}).items():
         app.router.add_static(prefix, folder)
     runner = web.AppRunner(app)

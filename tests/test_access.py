@@ -104,15 +104,14 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
 async def test_https_from_a_configured_certificate(app_config: Callable[..., AppConfig], tmp_path: Path) -> None:
     from aiohttp import web
 
+    from edge_app.cli import inference_service
     from edge_app.server import create_app
-    from models.runtime import ModelRuntime
 
     cert, _ = _self_signed(tmp_path)
     cfg = app_config(server={"tls_cert": "cert.pem", "tls_key": "key.pem"})  # relative to the config file
     ctx = tls_context(cfg)
     assert ctx is not None
-    rt = ModelRuntime.load(cfg.model_path, providers=["cpu"], warmup=0)
-    runner = web.AppRunner(create_app(cfg, rt))
+    runner = web.AppRunner(create_app(cfg, inference_service(cfg)))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
     await site.start()

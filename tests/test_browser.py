@@ -44,7 +44,7 @@ async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: 
                                    "framesDecoded: edge.framesDecoded, browserRttMs: edge.browserRttMs, "
                                    "sources: edge.recent.map((r) => r.stamp === null ? null : "
                                    "(edge.probe.sent[r.stamp] || [null, null])[1]), "
-                                   "latency: probeLatencies(edge.probe), probeErrors: edge.probe.errors})")
+                                   "latency: edge.probeLatencies(), probeErrors: edge.probe.errors})")
         await page.wait_for_timeout(500)  # let the charts draw the last points
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(ARTIFACTS / "page.png"), full_page=True)

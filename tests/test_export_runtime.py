@@ -114,12 +114,24 @@ def test_continuing_reuses_the_first_exits_features(tiny_model_folder: Path) -> 
     assert list(feats.shape) == rt.manifest.exits[1].input.shape
     assert run.features.device_name().lower() == rt.device
     second = run.advance()
-    assert rt.segment_runs == [1, 1, 0], "segment 1 ran once; exit 2 continued from its features"
     direct = rt.sessions[1].run(None, {"input": feats})[1][0]
     e = np.exp(direct - direct.max())
     np.testing.assert_allclose(second.probs, e / e.sum(), atol=1e-6)
-    assert [c.count for c in rt.costs] == [1, 1, 0]
-    assert rt.costs[0].median_ms == pytest.approx(run.results[0].segment_ms)
+
+
+def test_the_service_runs_the_chain_and_keeps_the_costs(tiny_model_folder: Path) -> None:
+    from models.policies import FixedExit
+    from models.service import ChainRequest, InferenceService
+
+    rt = ModelRuntime.load(tiny_model_folder, providers=["cpu"], warmup=0)
+    service = InferenceService(rt)
+    x = rt.preprocess(np.full((96, 96, 3), 128, np.uint8))
+    out = service.run_now(ChainRequest(x=x, policy=FixedExit(3), min_exits=1, max_exits=2))
+    assert len(out.results) == 2 and out.choice == 1, "the horizon stops the chain before the policy's exit 3"
+    assert service.segment_runs == [1, 1, 0], "segment 1 ran once; exit 2 continued from its features"
+    assert [c.count for c in service.costs] == [1, 1, 0]
+    assert service.costs[0].median_ms == pytest.approx(out.results[0].segment_ms)
+    assert rt.device_name == "cpu"
 
 
 def test_preprocess_matches_the_training_normalisation(tiny_model_folder: Path) -> None:

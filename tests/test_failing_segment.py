@@ -28,6 +28,7 @@ from edge_app.scheduler import FrameScheduler
 from models.errors import SegmentRunError
 from models.policies import FixedExit
 from models.runtime import ModelRuntime
+from models.service import InferenceService
 
 DEFAULT = Path(__file__).resolve().parents[1] / "models" / "default"
 
@@ -75,7 +76,7 @@ def test_the_scheduler_answers_from_the_exit_before_the_failing_segment(broken_m
         run = rt.start(x)
         run.advance()
         run.advance()
-    d = FrameScheduler(rt, FixedExit(3), max_depth_step=3).analyse(x, 1e6)
+    d = FrameScheduler(InferenceService(rt), FixedExit(3), max_depth_step=3).analyse_now(x, 1e6)
     assert d.exits_run == 1 and d.exit_index == 0 and d.result.exit_index == 0
     assert d.error is not None and "segment 2 (segment2.onnx) failed" in d.error and "Gather" in d.error
 

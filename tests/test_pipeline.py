@@ -12,11 +12,14 @@ import av
 import numpy as np
 import pytest
 
-from edge_app.config import AppConfig, BudgetConfig, PolicyConfig
+from edge_app.config import AppConfig, BudgetConfig, PolicyConfig, SmoothingConfig
+from edge_app.decide import PipelineSettings
 from edge_app.metrics import Metrics
-from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
+from edge_app.pipeline import AnalysisPipeline, Engine
+from edge_app.results import AnalysedFrame, NetworkView
 from edge_app.scheduler import policy_from_config
 from models.runtime import ModelRuntime
+from models.service import InferenceService
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import NetworkEstimate
 from streams.stamp import draw_stamp, read_stamp
@@ -29,21 +32,32 @@ def runtime() -> ModelRuntime:
     return ModelRuntime.load(REPO / "models" / "default", threads=1, warmup=1)
 
 
+def pipeline(runtime: ModelRuntime, slot: LatestSlot[SourceFrame], pool: ThreadPoolExecutor, metrics: Metrics,
+             network: NetworkView, policy: PolicyConfig | None = None, probe: bool = False,
+             budget: BudgetConfig | None = None) -> AnalysisPipeline:
+    service = InferenceService(runtime)
+    service.start()
+    pol = policy or PolicyConfig()
+    engine = Engine(service=service, policy=policy_from_config(pol, runtime.folder), metrics=metrics, media=pool)
+    settings = PipelineSettings(budget=budget or BudgetConfig(), smoothing=SmoothingConfig(), truncate=pol.truncate,
+                                probe=probe)
+    return AnalysisPipeline("test", "browser", slot, engine, settings, lambda: network)
+
+
 def view(rtt_ms: float, bitrate_bps: float = 1e6) -> NetworkView:
     return NetworkView(NetworkEstimate(rtt_ms, rtt_ms, 0.0, bitrate_bps, False, False, rtt_ms), bitrate_bps / 8 / 30)
 
 
 async def run_frames(runtime: ModelRuntime, frames: list[np.ndarray], network: NetworkView,
                      policy: PolicyConfig | None = None, probe: bool = False,
-                     budget: BudgetConfig | None = None, metrics: Metrics | None = None) -> list[AnalysedFrame]:
+                     budget: BudgetConfig | None = None, metrics: Metrics | None = None,
+                     video: bool = True) -> list[AnalysedFrame]:
     metrics = metrics or Metrics("m", runtime.providers, runtime.num_exits)
     slot: LatestSlot[SourceFrame] = LatestSlot()
-    pol = policy_from_config(policy or PolicyConfig(), runtime)
     with ThreadPoolExecutor(1) as pool:
-        pipe = AnalysisPipeline("test", "browser", slot, runtime, pol, budget or BudgetConfig(), pool, metrics,
-                                lambda: network, probe, truncate=(policy or PolicyConfig()).truncate)
+        pipe = pipeline(runtime, slot, pool, metrics, network, policy, probe, budget)
         out: list[AnalysedFrame] = []
-        pipe.outputs.subscribe(out.append)
+        pipe.subscribe(out.append, video=video)
         pipe.start()
         for i, rgb in enumerate(frames):
             slot.put(SourceFrame(av.VideoFrame.from_ndarray(rgb, format="rgb24"), i, time.monotonic(), "test"))
@@ -122,9 +136,9 @@ def test_policy_from_config_kinds(runtime: ModelRuntime) -> None:
     names = {"dynamic-index": "dynamic-index", "fixed": "fixed-3", "confidence": "confidence", "entropy": "entropy",
              "patience": "patience", "budget-greedy": "budget-greedy"}
     for kind, name in names.items():
-        p = policy_from_config(PolicyConfig(kind=kind), runtime)  # type: ignore[arg-type]
+        p = policy_from_config(PolicyConfig(kind=kind), runtime.folder)  # type: ignore[arg-type]
         assert p.name == name
-    refit = policy_from_config(PolicyConfig(lam=0.3), runtime)
+    refit = policy_from_config(PolicyConfig(lam=0.3), runtime.folder)
     assert refit.name == "dynamic-index" and refit.lam == pytest.approx(0.3)  # type: ignore[attr-defined]
     assert AppConfig().policy.kind == "dynamic-index"
 
@@ -138,9 +152,8 @@ async def test_frames_of_unexpected_size_and_format_are_analysed(runtime: ModelR
     slot: LatestSlot[SourceFrame] = LatestSlot()
     out: list[AnalysedFrame] = []
     with ThreadPoolExecutor(1) as pool:
-        pipe = AnalysisPipeline("odd", "browser", slot, runtime, policy_from_config(PolicyConfig(), runtime),
-                                BudgetConfig(), pool, metrics, lambda: view(2.0))
-        pipe.outputs.subscribe(out.append)
+        pipe = pipeline(runtime, slot, pool, metrics, view(2.0))
+        pipe.subscribe(out.append, video=True)
         pipe.start()
         for i, (fmt, (h, w)) in enumerate(cases):
             rgb = av.VideoFrame.from_ndarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), format="rgb24")
@@ -154,3 +167,38 @@ async def test_frames_of_unexpected_size_and_format_are_analysed(runtime: ModelR
     assert pipe.errors == 0 and len(out) == len(cases), (pipe.errors, len(out))
     assert all(o.result.raw_class in range(len(runtime.class_names)) for o in out)
     assert [o.result.frame_size for o in out] == [(w, h) for _, (h, w) in cases]  # as decoded, before the crop
+
+
+async def test_a_source_nobody_watches_as_video_is_never_rendered(runtime: ModelRuntime) -> None:
+    """RENDER (annotation + I420) runs only while some subscriber wants video; results flow either way."""
+    metrics = Metrics("m", runtime.providers, runtime.num_exits)
+    slot: LatestSlot[SourceFrame] = LatestSlot()
+    results_only: list[AnalysedFrame] = []
+    with_video: list[AnalysedFrame] = []
+    frames = frames_with_stamps(12)
+
+    async def feed(pipe: AnalysisPipeline, start: int, n: int, out: list[AnalysedFrame]) -> None:
+        for i in range(start, start + n):
+            slot.put(SourceFrame(av.VideoFrame.from_ndarray(frames[i], format="rgb24"), i, time.monotonic(), "t"))
+            while len(out) < i + 1:
+                await asyncio.sleep(0.001)
+
+    with ThreadPoolExecutor(1) as pool:
+        pipe = pipeline(runtime, slot, pool, metrics, view(2.0))
+        pipe.subscribe(results_only.append, video=False)
+        pipe.start()
+        await feed(pipe, 0, 4, results_only)
+        rendered_alone = pipe.rendered
+        pipe.subscribe(with_video.append, video=True)  # a video viewer joins
+        await feed(pipe, 4, 4, results_only)
+        rendered_with_viewer = pipe.rendered
+        pipe.unsubscribe(with_video.append)  # and leaves
+        await feed(pipe, 8, 4, results_only)
+        await pipe.stop()
+    assert rendered_alone == 0 and all(o.i420 is None for o in results_only[:4])
+    assert all("annotate" not in o.result.stages_ms for o in results_only[:4])
+    assert rendered_with_viewer == 4 and all(o.i420 is not None for o in results_only[4:8])
+    assert pipe.rendered == 4 and all(o.i420 is None for o in results_only[8:]), "no viewer left: no RENDER"
+    assert len(results_only) == 12 and len(with_video) == 4
+    with pytest.raises(ValueError, match="not rendered"):
+        results_only[0].video_frame()

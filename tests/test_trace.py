@@ -54,7 +54,7 @@ def test_shipped_traces_load_by_name(tmp_path: Path) -> None:
 
 
 def test_unavoidable_misses_are_frames_that_reached_the_server_too_late() -> None:
-    from edge_app.bench.netbench.bench import FrameRecord, misses_text, unavoidable
+    from edge_app.bench.netbench.report import FrameRecord, misses_text, unavoidable
 
     def frame(to_server: float, server: float, compute: float, runs: int, downlink: float = 100.0) -> FrameRecord:
         to_result = to_server + server + downlink
@@ -100,7 +100,7 @@ def test_the_bench_waits_for_the_app_to_listen_and_quotes_a_failed_start(tmp_pat
 
 
 def test_good_network_accuracy_is_split_at_each_recovery() -> None:
-    from edge_app.bench.netbench.bench import RECOVERY_S, FrameRecord, recovery_table, summarise
+    from edge_app.bench.netbench.report import RECOVERY_S, FrameRecord, recovery_table, summarise
 
     step = load_trace("step")  # 20 ms, 150 ms from 20 s, 20 ms again from 40 s
     assert step.recoveries() == [40] and load_trace("bursty").recoveries() == [13, 22, 34, 43]
@@ -122,7 +122,7 @@ def test_good_network_accuracy_is_split_at_each_recovery() -> None:
 
 
 def test_stage_latency_is_also_given_per_phase() -> None:
-    from edge_app.bench.netbench.bench import FrameRecord, latency_table, summarise
+    from edge_app.bench.netbench.report import FrameRecord, latency_table, summarise
 
     step = load_trace("step")
 

@@ -35,7 +35,7 @@ def bench_model(rt: ModelRuntime, frames: int = 300, frame_size: tuple[int, int]
         t0 = time.perf_counter()
         x = rt.preprocess(pool[i % len(pool)])
         t1 = time.perf_counter()
-        run = rt.start(x, record=False)
+        run = rt.start(x)
         while not run.done:
             res = run.advance()
             seg[res.exit_index].append(res.segment_ms)

@@ -1,23 +1,28 @@
-"""``edge-app bench-pipeline``: the live per-frame path at 640x480, 30 fps, stage by stage, over time.
+"""``edge-app bench-pipeline``: the live per-frame path at 640x480, 30 fps, stage by stage, over time, for a
+source watched as video and for one watched through results only, in one run.
 
 What runs is what ``serve`` runs for one browser camera, minus the sockets:
 VP8 packets (encoded up front from a labelled demo video, or from a
 synthetic one) arrive on a 30 fps clock and are decoded in a decoder thread
 with aiortc's own ``Vp8Decoder``; frames go through a ``LatestSlot`` into
-the real ``AnalysisPipeline`` (budget, scheduler with the configured policy,
-smoothing, annotation) on the inference pool; annotated frames go through a
-second latest-frame slot to aiortc's ``Vp8Encoder`` in an encoder thread.
+the real ``AnalysisPipeline`` (DECIDE: budget, scheduler with the configured
+policy on the inference service, smoothing).  In the *video* mode the
+subscriber wants video, so RENDER annotates each frame and a second
+latest-frame slot feeds aiortc's ``Vp8Encoder`` in an encoder thread; in the
+*results* mode the subscriber wants results only, so nothing is rendered or
+encoded and each result is serialised as the data channel would send it.
 
-It prints, per time window, frames analysed per second, stale drops,
-server-side latency p50/p95 (packet in -> encoded frame out) and the
-process's RSS, then per-stage medians, so that a long run (``--duration
-300``) shows whether latency or memory grow.
+Per mode it prints, per time window, frames analysed per second, stale drops,
+server-side latency p50/p95 (packet in -> encoded frame, or -> result JSON)
+and the process's RSS, then per-stage medians and the process's CPU per
+second; at the end both modes side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fractions
+import json
 import statistics
 import sys
 import time
@@ -33,10 +38,12 @@ from aiortc.jitterbuffer import JitterFrame
 
 from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
+from edge_app.decide import PipelineSettings
 from edge_app.metrics import Metrics
-from edge_app.pipeline import AnalysedFrame, AnalysisPipeline, NetworkView
+from edge_app.pipeline import AnalysisPipeline, Engine
+from edge_app.results import AnalysedFrame, NetworkView
 from edge_app.scheduler import policy_from_config
-from models.runtime import ModelRuntime
+from models.service import InferenceService
 from streams.frames import LatestSlot, SlotClosed, SourceFrame
 from streams.netstats import NetworkEstimate
 
@@ -83,6 +90,10 @@ class Samples:
     decoded: int = 0
     encoded: int = 0
     exits: list[int] = field(default_factory=lambda: [0, 0, 0])
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    rendered: int = 0
+    analysed: int = 0
 
 
 def rss_mb() -> float:
@@ -93,22 +104,53 @@ def rss_mb() -> float:
     return float("nan")
 
 
-async def run(cfg: AppConfig, rt: ModelRuntime, duration_s: float, window_s: float, npz: Path | None,
+async def run(cfg: AppConfig, service: InferenceService, duration_s: float, window_s: float, npz: Path | None,
               progress: bool = True) -> str:
-    video = source_video(npz)
-    packets = encode_vp8(video)
+    """Both modes, one after the other, on the same service; the two reports and a comparison."""
+    packets = encode_vp8(source_video(npz))
+    reports, samples = [], {}
+    for mode in ("video", "results"):
+        if progress:
+            print(f"\n{mode} mode ({duration_s:.0f} s)", file=sys.stderr, flush=True)
+        text, s = await run_mode(cfg, service, packets, mode == "video", duration_s, window_s, progress)
+        reports.append(f"== {mode} mode ==\n{text}")
+        samples[mode] = s
+    return "\n\n".join(reports) + "\n\n" + compare(samples)
+
+
+def compare(samples: dict[str, Samples]) -> str:
+    lines = ["== a source watched as video against one watched through results only (server side) ==",
+             f"{'mode':<10}{'frames/s':>9}{'latency p50':>13}{'p95 ms':>8}{'CPU % of a core':>17}{'rendered':>10}"]
+    for mode, s in samples.items():
+        lat = [x for w in s.windows for x in w[1]]
+        p50 = statistics.median(lat) if lat else float("nan")
+        p95 = float(np.percentile(lat, 95)) if lat else float("nan")
+        rate = s.analysed / max(s.wall_s, 1e-9)
+        lines.append(f"{mode:<10}{rate:>9.1f}{p50:>13.2f}{p95:>8.2f}{100 * s.cpu_s / max(s.wall_s, 1e-9):>17.1f}"
+                     f"{s.rendered:>10d}")
+    v, r = samples.get("video"), samples.get("results")
+    if v and r and v.cpu_s > 0:
+        lines.append(f"results-only CPU / video CPU: {(r.cpu_s / r.wall_s) / (v.cpu_s / v.wall_s):.2f} "
+                     "(both include the VP8 decode of the incoming stream)")
+    return "\n".join(lines)
+
+
+async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[bytes], video_out: bool,
+                   duration_s: float, window_s: float, progress: bool) -> tuple[str, Samples]:
     loop = asyncio.get_running_loop()
+    rt = service.backend
     metrics = Metrics(rt.manifest.name, rt.providers, rt.num_exits)
     est = NetworkEstimate(2.0, 2.0, 0.0, 1_000_000, False, False, 2.0)  # loopback: measured RTT ~1-2 ms
-    view = NetworkView(est, 1_000_000 / 8 / FPS)
+    view = NetworkView(est, 1_000_000 / 8 / FPS if video_out else 1200.0)
     slot: LatestSlot[SourceFrame] = LatestSlot()
-    pool = ThreadPoolExecutor(cfg.model.workers, thread_name_prefix="inference")
+    media = ThreadPoolExecutor(cfg.model.workers, thread_name_prefix="media")
     decoder_thread = ThreadPoolExecutor(1, thread_name_prefix="decoder")
     encoder_thread = ThreadPoolExecutor(1, thread_name_prefix="encoder")
-    pipe = AnalysisPipeline("bench", "browser", slot, rt, policy_from_config(cfg.policy, rt), cfg.budget, pool,
-                            metrics, lambda: view, smoothing=cfg.smoothing)
+    engine = Engine(service=service, policy=policy_from_config(cfg.policy, rt.folder), metrics=metrics, media=media)
+    settings = PipelineSettings(budget=cfg.budget, smoothing=cfg.smoothing, truncate=cfg.policy.truncate)
+    pipe = AnalysisPipeline("bench", "browser", slot, engine, settings, lambda: view)
     out_slot: LatestSlot[AnalysedFrame] = LatestSlot()
-    pipe.outputs.subscribe(out_slot.put)
+    pipe.subscribe(out_slot.put, video=video_out)
     s = Samples()
     arrival: dict[int, float] = {}
     window_lat: list[float] = []
@@ -149,9 +191,12 @@ async def run(cfg: AppConfig, rt: ModelRuntime, duration_s: float, window_s: flo
                 af = await out_slot.get()
             except SlotClosed:
                 return
-            await loop.run_in_executor(encoder_thread, encode, af, s.encoded)
-            s.encoded += 1
             r = af.result
+            if video_out:
+                await loop.run_in_executor(encoder_thread, encode, af, s.encoded)
+                s.encoded += 1
+            else:
+                json.dumps(r.to_json(service.class_names), separators=(",", ":"))  # what the data channel sends
             s.exits[r.exit - 1] += 1
             for stage, ms in r.stages_ms.items():
                 if stage in STAGE_NAMES:
@@ -182,16 +227,19 @@ async def run(cfg: AppConfig, rt: ModelRuntime, duration_s: float, window_s: flo
         print(HEADER, file=sys.stderr)
     pipe.start()
     sinks = [asyncio.create_task(sink()), asyncio.create_task(windows())]
+    cpu0, wall0 = time.process_time(), time.monotonic()
     await network()
+    s.cpu_s, s.wall_s = time.process_time() - cpu0, time.monotonic() - wall0
     await asyncio.sleep(0.5)
     await pipe.stop()
+    s.rendered, s.analysed = pipe.rendered, pipe.analysed
     out_slot.close()
     for t in sinks:
         t.cancel()
     await asyncio.gather(*sinks, return_exceptions=True)
-    for ex in (pool, decoder_thread, encoder_thread):
+    for ex in (media, decoder_thread, encoder_thread):
         ex.shutdown(wait=True)
-    return report(cfg, rt, s, pipe, slot, out_slot, duration_s, window_s, npz)
+    return report(cfg, service, s, pipe, slot, out_slot, duration_s, window_s, video_out), s
 
 
 def _window_row(w: tuple[float, list[float], int, int, float], window_s: float) -> str:
@@ -201,11 +249,13 @@ def _window_row(w: tuple[float, list[float], int, int, float], window_s: float) 
     return f"{t - window_s:6.0f}-{t:<4.0f}s {analysed / window_s:9.1f} {dropped:8d} {p50:12.1f} {p95:8.1f} {rss:8.0f}"
 
 
-def report(cfg: AppConfig, rt: ModelRuntime, s: Samples, pipe: AnalysisPipeline, slot: LatestSlot[SourceFrame],
-           out_slot: LatestSlot[AnalysedFrame], duration_s: float, window_s: float, npz: Path | None) -> str:
-    lines = [f"bench-pipeline: {WIDTH}x{HEIGHT} at {FPS} fps for {duration_s:.0f} s; model {rt.manifest.name} on "
-             f"{rt.providers[0]}; policy {cfg.policy.kind}; inference workers {cfg.model.workers}, intra-op threads "
-             f"{cfg.model.threads}; source {'demo test split ' + str(npz) if npz else 'synthetic frames'}",
+def report(cfg: AppConfig, service: InferenceService, s: Samples, pipe: AnalysisPipeline,
+           slot: LatestSlot[SourceFrame], out_slot: LatestSlot[AnalysedFrame], duration_s: float, window_s: float,
+           video_out: bool) -> str:
+    lines = [f"bench-pipeline: {WIDTH}x{HEIGHT} at {FPS} fps for {duration_s:.0f} s; model "
+             f"{service.backend.manifest.name} on {service.backend.device_name}; policy {cfg.policy.kind}; "
+             f"inference workers {cfg.model.workers}, intra-op threads {cfg.model.threads}; subscriber wants "
+             f"{'video (RENDER + VP8 encode)' if video_out else 'results only (no RENDER, no encode)'}",
              HEADER]
     lines += [_window_row(w, window_s) for w in s.windows]
     lines.append(f"\n{'stage':<24}{'median ms':>10}{'p95 ms':>9}{'runs':>8}")
@@ -217,10 +267,13 @@ def report(cfg: AppConfig, rt: ModelRuntime, s: Samples, pipe: AnalysisPipeline,
             lines.append(f"{name:<24}{statistics.median(v):>10.3f}{np.percentile(v, 95):>9.3f}{len(v):>8d}")
     all_lat = [x for w in s.windows for x in w[1]]
     if all_lat:
+        end = "annotated frame encoded" if video_out else "result JSON"
         lines.append(f"{'server latency':<24}{statistics.median(all_lat):>10.3f}{np.percentile(all_lat, 95):>9.3f}"
-                     f"{len(all_lat):>8d}   (VP8 frame in -> annotated frame encoded)")
+                     f"{len(all_lat):>8d}   (VP8 frame in -> {end})")
     exits = ", ".join(f"exit {k + 1}: {n}" for k, n in enumerate(s.exits))
-    lines.append(f"\nframes: {s.offered} offered, {s.decoded} decoded, {pipe.analysed} analysed, {s.encoded} encoded; "
+    lines.append(f"process CPU: {100 * s.cpu_s / max(s.wall_s, 1e-9):.1f} % of a core over {s.wall_s:.0f} s")
+    lines.append(f"\nframes: {s.offered} offered, {s.decoded} decoded, {pipe.analysed} analysed, {pipe.rendered} "
+                 f"rendered, {s.encoded} encoded; "
                  f"dropped as stale: {slot.dropped} before analysis, {out_slot.dropped} before the encoder; "
                  f"deadline misses {pipe.deadline_misses}, analysis errors {pipe.errors}; answers from {exits}")
     if len(s.windows) >= 2:

@@ -25,6 +25,7 @@ from edge_app.config import AppConfig, SmoothingConfig
 from edge_app.scheduler import FrameScheduler, policy_from_config
 from edge_app.smoothing import TemporalSmoother, flicker_stats
 from models.runtime import ModelRuntime
+from models.service import InferenceService
 
 FPS = 30
 
@@ -64,8 +65,8 @@ class ModeResult:
 
 def run_mode(name: str, cfg: AppConfig, rt: ModelRuntime, sm: SmoothingConfig, images: np.ndarray,
              labels: np.ndarray, hold: int, rtt: np.ndarray, seed: int) -> ModeResult:
-    policy = policy_from_config(cfg.policy, rt)
-    sched = FrameScheduler(rt, policy, sm.max_depth_step)
+    policy = policy_from_config(cfg.policy, rt.folder)
+    sched = FrameScheduler(InferenceService(rt), policy, sm.max_depth_step)
     quality = [ex.test_accuracy for ex in rt.manifest.exits]
     smoother = TemporalSmoother(quality, sm.alpha, sm.hysteresis)
     b = cfg.budget
@@ -76,7 +77,7 @@ def run_mode(name: str, cfg: AppConfig, rt: ModelRuntime, sm: SmoothingConfig, i
         x = rt.preprocess(camera_frame(images[k], rng))
         budget = frame_budget(b.total_budget_ms, float(rtt[i]), b.bitrate_prior_kbps * 1e3 / 8 / FPS,
                               b.bitrate_prior_kbps * 1e3, waited_ms=2.0, margin_ms=b.safety_margin_ms + 1.0)
-        dec = sched.analyse(x, budget.compute_ms)
+        dec = sched.analyse_now(x, budget.compute_ms)
         s = smoother.update(dec.result.probs, dec.exit_index)
         shown.append(s.label)
         raw.append(dec.result.label)

@@ -1,32 +1,41 @@
-"use strict";
-// The browser client: share the camera (or pick a configured RTSP camera), connect over WebRTC,
+// The browser client (an ES module): share the camera (or pick a configured RTSP camera), connect over WebRTC,
 // show the annotated video that comes back and chart what the scheduler does, frame by frame.
-// window.edge holds the live state (the end-to-end tests read it).
+// window.edge holds the live state (the end-to-end tests read it); probe.js is loaded only with ?probe=1.
+import { LiveChart } from "./charts.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
+const probe = params.has("probe") ? await import("./probe.js") : null;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  exitCounts: [0, 0, 0], reused: 0, sourceState: null, connectTimer: null, browserRttMs: null, framesDecoded: 0, videoFps: null, pc: null, channel: null,
-  probe: params.has("probe") ? newProbe() : null,  // probe.js: per-frame glass-to-glass records
+  numExits: null, exitCounts: [], reused: 0, sourceState: null, connectTimer: null, browserRttMs: null,
+  framesDecoded: 0, videoFps: null, pc: null, channel: null,
+  probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
+  probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
 };
 const PROBE_KEEP = 100_000;  // result records kept in probe mode (about 55 minutes at 30 fps)
 const KEEP = 600;  // recent results kept for tests and the exit histogram
 
-const charts = {
-  exit: new LiveChart($("chart-exit"), { series: [{ name: "exit used", color: "#7c3aed" },
-    { name: "exits allowed", color: "#cbd5e1" }], min: 0, max: 3.2, step: true, windowS: 20,
-    markers: (vs) => vs[2] === 1 }),
-  conf: new LiveChart($("chart-conf"), { series: [{ name: "raw", color: "#94a3b8" },
-    { name: "smoothed", color: "#059669" }], min: 0, max: 1, unit: "", windowS: 20 }),
-  rtt: new LiveChart($("chart-rtt"), { series: [{ name: "server estimate", color: "#2563eb" },
-    { name: "browser", color: "#f59e0b" }], unit: "ms", windowS: 60 }),
-  rate: new LiveChart($("chart-rate"), { series: [{ name: "encoder target", color: "#0891b2" },
-    { name: "receive estimate", color: "#a3a3a3" }], unit: "bit/s", windowS: 60 }),
-  budget: new LiveChart($("chart-budget"), { series: [{ name: "compute budget", color: "#16a34a" },
-    { name: "compute used", color: "#dc2626" }, { name: "server latency", color: "#6b7280" }], unit: "ms",
-    windowS: 20 }),
-};
+let charts = null;  // made once /status has said how many exits the model has
+
+function makeCharts(numExits) {
+  edge.numExits = numExits;
+  edge.exitCounts = new Array(numExits).fill(0);
+  charts = {
+    exit: new LiveChart($("chart-exit"), { series: [{ name: "exit used", color: "#7c3aed" },
+      { name: "exits allowed", color: "#cbd5e1" }], min: 0, max: numExits + 0.2, step: true, windowS: 20,
+      markers: (vs) => vs[2] === 1 }),
+    conf: new LiveChart($("chart-conf"), { series: [{ name: "raw", color: "#94a3b8" },
+      { name: "smoothed", color: "#059669" }], min: 0, max: 1, unit: "", windowS: 20 }),
+    rtt: new LiveChart($("chart-rtt"), { series: [{ name: "server estimate", color: "#2563eb" },
+      { name: "browser", color: "#f59e0b" }], unit: "ms", windowS: 60 }),
+    rate: new LiveChart($("chart-rate"), { series: [{ name: "encoder target", color: "#0891b2" },
+      { name: "receive estimate", color: "#a3a3a3" }], unit: "bit/s", windowS: 60 }),
+    budget: new LiveChart($("chart-budget"), { series: [{ name: "compute budget", color: "#16a34a" },
+      { name: "compute used", color: "#dc2626" }, { name: "server latency", color: "#6b7280" }], unit: "ms",
+      windowS: 20 }),
+  };
+}
 
 // Access token (when the server has one): from the URL fragment (/#token=..., which is never sent in a
 // request line), kept in sessionStorage for this tab; asked for once when the server answers 401.
@@ -131,7 +140,7 @@ async function connect() {
       const stream = await navigator.mediaDevices.getUserMedia({
         video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } }, audio: false });
       for (const t of stream.getVideoTracks()) {
-        if (edge.probe) { const st = stampedTrack(t, edge.probe); pc.addTrack(st, new MediaStream([st])); }
+        if (probe) { const st = probe.stampedTrack(t, edge.probe); pc.addTrack(st, new MediaStream([st])); }
         else pc.addTrack(t, stream);
       }
       edge.localStream = stream;
@@ -169,7 +178,7 @@ function onMessage(channel, data) {
   if (msg.type === "source") { showSource(msg); return; }
   if (msg.type !== "result") return;
   if (edge.probe) {
-    msg.arrival_ms = wallMs();
+    msg.arrival_ms = probe.wallMs();
     if (edge.probe.results.length < PROBE_KEEP) edge.probe.results.push(msg);
   }
   edge.results += 1;
@@ -179,9 +188,11 @@ function onMessage(channel, data) {
   if (msg.reused) edge.reused += 1; else edge.exitCounts[msg.exit - 1] += 1;
   if (!msg.deadline_met) edge.misses += 1;
   const t = performance.now() / 1000;
-  charts.exit.push(t, [msg.exit, msg.horizon, msg.deadline_met ? 0 : 1]);
-  charts.conf.push(t, [msg.raw.confidence, msg.smoothed.confidence]);
-  charts.budget.push(t, [Math.max(0, msg.budget.compute_ms), msg.costs.actual_ms, msg.latency_ms]);
+  if (charts) {
+    charts.exit.push(t, [msg.exit, msg.horizon, msg.deadline_met ? 0 : 1]);
+    charts.conf.push(t, [msg.raw.confidence, msg.smoothed.confidence]);
+    charts.budget.push(t, [Math.max(0, msg.budget.compute_ms), msg.costs.actual_ms, msg.latency_ms]);
+  }
   showResult(msg);
 }
 
@@ -201,7 +212,7 @@ function showResult(m) {
   $("label").textContent = m.smoothed.label;
   $("confidence").textContent = `${(100 * m.smoothed.confidence).toFixed(0)} %`;
   $("exit").textContent = m.reused ? "none: answer reused (even exit 1 would be late)"
-    : `${m.exit} of 3 (ran ${m.exits_run}, allowed ${m.horizon})`;
+    : `${m.exit} of ${edge.numExits} (ran ${m.exits_run}, allowed ${m.horizon})`;
   $("rtt").textContent = `${m.network.rtt_ms.toFixed(1)} ms` + (m.network.rtt_from_prior ? " (prior)" : ` (${m.rtt_source})`);
   $("bitrate").textContent = `${(m.network.bitrate_bps / 1000).toFixed(0)} kbit/s` + (m.network.bitrate_from_prior ? " (prior)" : "");
   $("budget").textContent = `${m.budget.compute_ms.toFixed(0)} ms of ${m.budget.total_ms.toFixed(0)} ms`;
@@ -225,12 +236,14 @@ async function pollStats() {
   const m = edge.lastResult;
   if (m) { rate = m.network.bitrate_bps; recv = m.receive_estimate_bps; }
   const t = performance.now() / 1000;
-  charts.rtt.push(t, [m ? m.network.rtt_ms : null, rtt]);
-  charts.rate.push(t, [rate, recv]);
+  if (charts) {
+    charts.rtt.push(t, [m ? m.network.rtt_ms : null, rtt]);
+    charts.rate.push(t, [rate, recv]);
+  }
   $("browser-rtt").textContent = rtt === null ? "–" : `${rtt.toFixed(1)} ms`;
   $("fps").textContent = edge.videoFps === null ? "–" : `${edge.videoFps.toFixed(0)} fps`;
-  if (edge.probe) {
-    const l = probeLatencies(edge.probe), f = (v) => (v === null ? "–" : `${v.toFixed(0)}`);
+  if (probe) {
+    const l = probe.probeLatencies(edge.probe), f = (v) => (v === null ? "–" : `${v.toFixed(0)}`);
     $("g2g").textContent = `result ${f(l.result_p50)} / ${f(l.result_p95)} ms, display ${f(l.display_p50)} / ${f(l.display_p95)} ms (p50 / p95)`;
   }
 }
@@ -240,6 +253,7 @@ async function refreshStatus() {
     const s = await loadStatus();
     fillSources(s);
     const m = s.model;
+    if (!charts) makeCharts(m.num_exits);
     $("model-line").textContent = `${m.name} on ${m.providers[0].replace("ExecutionProvider", "")} · ` +
       m.exits.map((e) => `${e.name} ${(100 * e.test_accuracy).toFixed(1)} % @ ${e.cost_median_ms.toFixed(2)} ms`).join(" · ");
     $("model-line").className = m.device === "cpu" ? "warn" : "";
@@ -258,7 +272,7 @@ async function refreshStatus() {
 }
 
 $("connect").onclick = connect;
-if (edge.probe) { watchDisplay($("video"), edge.probe); $("g2g-row").hidden = false; }
+if (probe) { probe.watchDisplay($("video"), edge.probe); $("g2g-row").hidden = false; }
 $("disconnect").onclick = disconnect;
 setState("idle");
 refreshStatus();

@@ -1,10 +1,9 @@
-"use strict";
 // Small live time-series charts on <canvas>: no library, no build step.
 //   const c = new LiveChart(canvasElement, { series: [{ name: "RTT", color: "#2563eb" }], unit: "ms", windowS: 30 });
 //   c.push(performance.now() / 1000, [12.3]);       // one value per series (null: gap)
 // The y range follows the data (or fixed with { min, max }); step: true draws steps (for the exit index).
 
-class LiveChart {
+export class LiveChart {
   constructor(canvas, opts) {
     this.canvas = canvas;
     this.opts = Object.assign({ windowS: 30, unit: "", step: false, min: null, max: null, markers: null }, opts);
@@ -84,4 +83,3 @@ function fmt(v) {
   return v.toFixed(1);
 }
 
-window.LiveChart = LiveChart;

@@ -1,4 +1,3 @@
-"use strict";
 // Probe mode (?probe=1): glass-to-glass latency measured in the browser.
 // Every camera frame is drawn into a canvas, the frame counter a test video may carry in its left margin
 // is read back (the source stamp: which labelled frame this is), and the browser's own counter is drawn
@@ -6,7 +5,7 @@
 // back (streams/stamp.py: 16 cells of h/16 in a column w/12 wide, white start cell, 14 bits MSB first,
 // black end cell) and puts it in each result as "stamp", and leaves it in the annotated video.  So for
 // each counter the page knows when it was stamped, when its JSON result arrived and when its annotated
-// frame was displayed.  window.edge.probe holds the records; nothing here runs without ?probe=1.
+// frame was displayed.  window.edge.probe holds the records; app.js imports this module only with ?probe=1.
 
 const STAMP_BITS = 14, STAMP_CELLS = STAMP_BITS + 2, STAMP_MOD = 1 << STAMP_BITS;
 
@@ -42,16 +41,16 @@ function drawStamp(ctx, w, h, value) {
   }
 }
 
-function wallMs() { return performance.timeOrigin + performance.now(); }
+export function wallMs() { return performance.timeOrigin + performance.now(); }
 
-function newProbe() {
+export function newProbe() {
   // sent[c] = [stamped at (wall ms), source stamp or null]; results: result messages with arrival_ms;
   // displays: [counter, displayed at (wall ms)] of annotated frames as they were shown
   return { sent: new Array(STAMP_MOD).fill(null), count: 0, results: [], displays: [], errors: [] };
 }
 
 // A track that carries the camera's frames with the page's counter stamped in (Chrome's insertable streams).
-function stampedTrack(track, probe) {
+export function stampedTrack(track, probe) {
   if (typeof MediaStreamTrackProcessor === "undefined" || typeof MediaStreamTrackGenerator === "undefined") {
     throw new Error("probe mode needs MediaStreamTrackProcessor (Chrome/Chromium 94 or later)");
   }
@@ -82,7 +81,7 @@ function stampedTrack(track, probe) {
 }
 
 // Record when each annotated frame is shown: requestVideoFrameCallback gives its expected display time.
-function watchDisplay(video, probe) {
+export function watchDisplay(video, probe) {
   if (!("requestVideoFrameCallback" in HTMLVideoElement.prototype)) {
     probe.errors.push("no requestVideoFrameCallback: display times are not measured");
     return;
@@ -103,7 +102,7 @@ function watchDisplay(video, probe) {
 }
 
 // Latency summaries of what was recorded so far (the page shows them; the benchmark reads the raw records).
-function probeLatencies(probe) {
+export function probeLatencies(probe) {
   const pct = (xs, q) => { if (!xs.length) return null; const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(q * s.length))]; };
   const toResult = [], toDisplay = [];
   for (const r of probe.results) { const s = r.stamp !== null && probe.sent[r.stamp]; if (s) toResult.push(r.arrival_ms - s[0]); }

@@ -33,7 +33,7 @@ COLLECT = """() => ({
   error: edge.error, state: edge.state, session: edge.session, probeErrors: edge.probe ? edge.probe.errors : null,
   sent: edge.probe ? edge.probe.sent.map((s, c) => s && [c, s[0], s[1]]).filter((s) => s) : [],
   results: edge.probe ? edge.probe.results : [], displays: edge.probe ? edge.probe.displays : [],
-  latency: edge.probe ? probeLatencies(edge.probe) : null,
+  latency: edge.probeLatencies(),
 })"""
 
 

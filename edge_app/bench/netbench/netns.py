@@ -19,6 +19,8 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from edge_app.errors import EdgeAppError
+
 log = logging.getLogger(__name__)
 
 PREFIX = "edgeapp-"
@@ -28,7 +30,7 @@ MID_TO_APP = "to-app"
 MID_TO_CLI = "to-cli"
 
 
-class NetnsUnavailable(RuntimeError):
+class NetnsUnavailable(EdgeAppError, RuntimeError):
     """Namespaces cannot be made here (not root, or a tool is missing)."""
 
 

@@ -25,10 +25,12 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from edge_app.errors import EdgeAppError
+
 TRACES = Path(__file__).resolve().parent / "traces"
 
 
-class TraceError(ValueError):
+class TraceError(EdgeAppError, ValueError):
     """A trace file that cannot be used; the message names the file, row and column."""
 
 

@@ -1,0 +1,259 @@
+"""The benchmarks' and offline tools' subcommands: ``edge-app bench-model``, ``bench-policy``, ``bench-pipeline``,
+``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``evaluate``, ``codec-traces``.
+
+``edge_app.cli`` adds them to its parser for every command but ``serve``; each imports its module only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from edge_app.cli import CODEC_KBPS, DEMO_TEST_SPLIT, _model_args, _model_dir, _runtime, inference_service
+from edge_app.config import DEFAULT_CONFIG, load_config
+
+
+def plots_missing() -> bool:
+    """True (after saying what to install) when matplotlib, which draws the benchmarks' plots, is absent."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        print("error: this command draws plots with matplotlib: install the bench extra (pip install -e "
+              "'.[bench]')", file=sys.stderr)
+        return True
+    return False
+
+
+def cmd_bench_model(args: argparse.Namespace) -> int:
+    from edge_app.bench.model import bench_model, format_table
+
+    cfg = load_config(args.config)
+    rt = _runtime(cfg, args.threads, args.model)
+    print(f"model {rt.manifest.name} from {rt.folder} on {rt.providers}, "
+          f"intra-op threads {args.threads if args.threads is not None else cfg.model.threads} (0 = default), "
+          f"{args.frames} frames")
+    print(format_table(bench_model(rt, frames=args.frames)))
+    return 0
+
+def cmd_bench_pipeline(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench.pipeline import run
+
+    cfg = load_config(args.config)
+    service = inference_service(cfg)
+    npz = args.video
+    if npz is None and DEMO_TEST_SPLIT.is_file():
+        npz = DEMO_TEST_SPLIT
+
+    async def both_modes() -> str:
+        service.start()
+        try:
+            return await run(cfg, service, args.duration, args.window, npz)
+        finally:
+            await service.stop()
+
+    print(asyncio.run(both_modes()))
+    return 0
+
+def cmd_bench_smoothing(args: argparse.Namespace) -> int:
+    from edge_app.bench.smoothing import bench_smoothing
+
+    cfg = load_config(args.config)
+    if not args.video.is_file():
+        print(f"error: {args.video}: no such demo split; build it with: python -m exporter data", file=sys.stderr)
+        return 2
+    print(bench_smoothing(cfg, _runtime(cfg), args.video, seconds=args.seconds, hold_s=args.hold))
+    return 0
+
+def cmd_codec_traces(args: argparse.Namespace) -> int:
+    from edge_app.bench.codec_traces import write_codec_traces
+
+    folder = _model_dir(args)
+    try:
+        written = write_codec_traces(folder, args.data, args.kbps, args.hold, height=args.height)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {', '.join(s.file for s in written.values())} and listed them in {folder / 'manifest.json'}; "
+          f"refit the policy on them with: edge-app fit-policy --model {folder}")
+    return 0
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    if plots_missing():
+        return 2
+    from edge_app.bench.evaluate import evaluate
+
+    res = evaluate(_model_dir(args), args.out, bins=args.bins, loss_kind=args.loss_kind, traces=args.traces)
+    print(res["table"])
+    print(f"\nwrote {args.out / 'table.txt'}, {args.out / 'pareto.png'}, {args.out / 'points.json'}")
+    return 0
+
+def cmd_bench_policy(args: argparse.Namespace) -> int:
+    from edge_app.bench.model import bench_policy
+
+    print(bench_policy(_model_dir(args), frames=args.frames))
+    return 0
+
+def cmd_bench_sessions(args: argparse.Namespace) -> int:
+    if plots_missing():
+        return 2
+    from edge_app.bench.sessions import bench_sessions
+
+    cfg = load_config(args.config)
+    try:
+        bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out, args.cameras)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report.json, sessions.png and the server log under {args.out}/")
+    return 0
+
+def cmd_bench_soak(args: argparse.Namespace) -> int:
+    from edge_app.bench.soak import bench_soak
+
+    cfg = load_config(args.config)
+    print(f"soak: {args.offers} offers that never connect over {args.seconds:.0f} s, max_sessions "
+          f"{args.max_sessions}, connect_timeout_s {args.connect_timeout:g}", flush=True)
+    report = bench_soak(cfg.model_path, args.offers, args.seconds, args.max_sessions, args.connect_timeout, args.out)
+    print(report.table())
+    problems = report.problems()
+    print("\n".join(f"FAIL: {p}" for p in problems) or "OK: no session left, no growth beyond noise, and a real "
+          f"client connected afterwards ({args.out / 'report.json'})")
+    return 1 if problems else 0
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least 1")
+    return value
+
+def _segment_ms(text: str) -> tuple[float, float, float] | None:
+    if text == "off":
+        return None
+    try:
+        ms = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: three comma-separated milliseconds, or off") from None
+    if len(ms) != 3 or min(ms) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: three positive milliseconds (A,B,C), or off")
+    return ms
+
+def cmd_bench_network(args: argparse.Namespace) -> int:
+    if plots_missing():
+        return 2
+    from edge_app.bench.netbench.bench import POLICIES, BenchOptions, bench_network
+    from edge_app.bench.netbench.netns import NetnsUnavailable
+    from edge_app.bench.netbench.trace import TraceError
+
+    policies = args.policy or list(POLICIES)
+    if unknown := [p for p in policies if p not in POLICIES]:
+        print(f"error: unknown --policy {unknown}; choose from {list(POLICIES)}", file=sys.stderr)
+        return 2
+    opts = BenchOptions(total_budget_ms=args.total_budget_ms, safety_margin_ms=args.safety_margin_ms,
+                        segment_ms=args.segment_ms, lead_s=args.lead, video_images=args.video_images)
+    traces = args.trace or ["step", "bursty"]
+    if args.retabulate:
+        from edge_app.bench.netbench.bench import retabulate
+
+        retabulate(args.out, traces, policies, opts)
+        return 0
+    try:
+        bench_network(traces, policies, opts, args.out)
+    except (NetnsUnavailable, FileNotFoundError, TraceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"per-frame CSV, time series PNGs and summaries under {args.out}/")
+    return 0
+
+
+def add_tool_commands(sub: Any) -> None:
+    """The benchmarks and offline tools' subcommands (``edge-app bench-*``, ``evaluate``, ``codec-traces``)."""
+    b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
+    _model_args(b)
+    b.add_argument("--frames", type=int, default=300)
+    b.add_argument("--threads", type=int, help="override [model] threads")
+    b.set_defaults(func=cmd_bench_model)
+    v = sub.add_parser("evaluate", help="replay every policy on the test traces: table, Pareto plot, JSON")
+    _model_args(v)
+    v.add_argument("--out", type=Path, default=Path("artifacts/evaluate"))
+    v.add_argument("--bins", type=int, default=8)
+    v.add_argument("--loss-kind", choices=["error", "one-minus-confidence"],
+                   help="node loss of the dynamic index (default: that of the model's policy.json)")
+    v.add_argument("--traces", choices=["auto", "clean", "vp8"], default="auto",
+                   help="calibration and test traces: clean or VP8-coded frames (auto: vp8 when the model has them)")
+    v.set_defaults(func=cmd_evaluate)
+    ct = sub.add_parser("codec-traces", help="softmax traces of calibration and test frames after a VP8 round trip")
+    _model_args(ct)
+    ct.add_argument("--data", type=Path, default=Path("data/demo"),
+                    help="demo data folder with calibration.npz and test.npz (python -m exporter data)")
+    ct.add_argument("--kbps", type=float, default=CODEC_KBPS,
+                    help="VP8 bitrate (default 250: [budget] min_receive_kbps, the worst the browser is asked for)")
+    ct.add_argument("--hold", type=int, default=3, help="frames each image stays on screen (as bench-network's video)")
+    ct.add_argument("--height", type=int, default=480, choices=[240, 360, 480, 720],
+                    help="frame height (4:3); a browser sends less when short of bits (bench-network: mostly 240)")
+    ct.set_defaults(func=cmd_codec_traces)
+    bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
+    _model_args(bp)
+    bp.add_argument("--frames", type=int, default=2000)
+    bp.set_defaults(func=cmd_bench_policy)
+    bl = sub.add_parser("bench-pipeline", help="the live path at 640x480 30 fps, watched as video and through "
+                                               "results only: stages, latency, CPU, drops, memory")
+    bl.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bl.add_argument("--duration", type=float, default=30.0, help="seconds per mode (video, then results only)")
+    bl.add_argument("--window", type=float, default=10.0, help="seconds per reported window")
+    bl.add_argument("--video", type=Path, help="demo split .npz for the frames (default: data/demo/test.npz if "
+                                                "present, else synthetic frames)")
+    bl.set_defaults(func=cmd_bench_pipeline)
+    bs = sub.add_parser("bench-smoothing", help="label flips and quality jumps with temporal smoothing off and on")
+    bs.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bs.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz")
+    bs.add_argument("--seconds", type=float, default=120.0)
+    bs.add_argument("--hold", type=float, default=1.0, help="seconds each image stays in view")
+    bs.set_defaults(func=cmd_bench_smoothing)
+    bss = sub.add_parser("bench-sessions", help="concurrent browser-like sessions: per-session rate and latency "
+                                                "as they are added, and the refusal beyond max_sessions")
+    bss.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="for the model path")
+    bss.add_argument("--max-sessions", type=int, default=4)
+    bss.add_argument("--window", type=float, default=10.0, help="seconds measured at each count")
+    bss.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz (synthetic if absent)")
+    bss.add_argument("--cameras", type=int, default=0, help="RTSP test cameras analysed at the same time")
+    bss.add_argument("--out", type=Path, default=Path("artifacts/bench-sessions"))
+    bss.set_defaults(func=cmd_bench_sessions)
+    nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "
+                                              "(root: network namespaces)")
+    nb.add_argument("--trace", action="append", default=None,
+                    help="trace CSV or shipped name (steady, step, bursty, bursty-lossy, drift, short-step), "
+                         "or loopback (this machine, no namespaces or bridge); repeatable (default: step and bursty)")
+    nb.add_argument("--policy", action="append", default=None, help="policy to run, repeatable (default: all five)")
+    nb.add_argument("--total-budget-ms", type=float, default=300.0, help="the deadline, stamping to result")
+    nb.add_argument("--safety-margin-ms", type=float, default=40.0,
+                    help="[budget] safety_margin_ms: covers the browser's encode and the server's decode, which "
+                         "the server cannot see (measured here: ~40 ms at p50)")
+    nb.add_argument("--segment-ms", type=_segment_ms, default=(25.0, 25.0, 25.0), metavar="A,B,C",
+                    help="emulated device (python -m edge_app.bench.serve): pad the three segments to these times "
+                         "(default 25,25,25: "
+                         "exits sit at thirds of the FLOPs; full depth 75 ms fits a 20 ms RTT, not a 150 ms "
+                         "one); off: the model at this CPU's real speed")
+    nb.add_argument("--lead", type=float, default=8.0,
+                    help="seconds from the app listening to the trace starting (browser start, connection, settling)")
+    nb.add_argument("--video-images", type=_positive_int, default=600,
+                    help="demo test images in the fake camera's video, 3 frames each (fewer: a noisier accuracy)")
+    nb.add_argument("--out", type=Path, default=Path("artifacts/bench-network"))
+    nb.add_argument("--retabulate", action="store_true",
+                    help="only redo tables and plots from the per-frame CSVs already under --out")
+    nb.set_defaults(func=cmd_bench_network)
+    sk = sub.add_parser("bench-soak", help="offers that never connect against a real server: sessions, threads, "
+                                           "fds and RSS over time, then a real client")
+    sk.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="for the model path")
+    sk.add_argument("--offers", type=_positive_int, default=200)
+    sk.add_argument("--seconds", type=float, default=120.0, help="spread the offers over this long")
+    sk.add_argument("--max-sessions", type=_positive_int, default=4)
+    sk.add_argument("--connect-timeout", type=float, default=15.0, help="[server] connect_timeout_s")
+    sk.add_argument("--out", type=Path, default=Path("artifacts/bench-soak"))
+    sk.set_defaults(func=cmd_bench_soak)

@@ -1,0 +1,137 @@
+"""DECIDE: one source's per-frame decisions: budget -> scheduler -> smoothing -> ``FrameResult``.
+
+``Decider.prepare`` (in a media thread: conversion and pre-processing are CPU work) turns a decoded frame into the
+model's input and works out its compute budget; ``Decider.decide`` (on the event loop) either reuses the smoothed
+answer (even exit 1 would be late) or submits the frame to the inference service through the scheduler, then
+smooths.  ``Decider.result`` builds the frozen result by keyword.  No annotation happens here: that is RENDER's
+(``edge_app.annotate``), and only when some subscriber wants video.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_app.budget import Budget, frame_budget, late_uplink_ms
+from edge_app.config import BudgetConfig, SmoothingConfig
+from edge_app.results import FrameResult, NetworkView
+from edge_app.scheduler import FrameDecision, FrameScheduler
+from edge_app.smoothing import Smoothed, TemporalSmoother
+from models.costs import RunningCost
+from models.policies import ExitPolicy
+from models.runtime import ExitResult
+from models.service import InferenceService
+from streams.frames import SourceFrame
+from streams.netstats import ArrivalDelay
+from streams.stamp import read_stamp
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """How one source is analysed (the pipeline's settings, from ``config.toml``)."""
+
+    budget: BudgetConfig
+    smoothing: SmoothingConfig
+    truncate: bool = True  # never start an exit whose predicted cost misses the deadline
+    probe: bool = False  # read the frame counter a test source stamps into each frame
+    uplink_from_frames: bool = False  # a browser's own camera: frame arrival shows the uplink's delay
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedFrame:
+    sf: SourceFrame
+    rgb: np.ndarray  # (H, W, 3) uint8, what RENDER draws on
+    x: np.ndarray  # the model's input
+    stamp: int | None
+    budget: Budget
+    network: NetworkView
+    convert_ms: float
+    preprocess_ms: float
+
+
+def reused_decision(sm: Smoothed, compute_budget_ms: float) -> FrameDecision:
+    """What a frame answered without the model carries: no exit run (``exit_index`` -1), the smoothed answer so
+    far as its answer."""
+    return FrameDecision(exit_index=-1, exits_run=0, horizon=0,
+                         result=ExitResult(-1, sm.probs, sm.label, sm.confidence, 0.0), predicted_ms=0.0,
+                         actual_ms=0.0, compute_budget_ms=compute_budget_ms, deadline_met=True)
+
+
+class Decider:
+    def __init__(self, source: str, service: InferenceService, policy: ExitPolicy, settings: PipelineSettings,
+                 reliability: list[float]) -> None:
+        self.source = source
+        self.settings = settings
+        self.service = service
+        sm = settings.smoothing
+        self.scheduler = FrameScheduler(service, policy, sm.max_depth_step, settings.truncate)
+        self.smoother = TemporalSmoother(reliability, sm.alpha, sm.hysteresis)
+        self.render_ms = RunningCost(1.0, 64, percentile=90)  # RENDER's cost, budgeted ahead while video is wanted
+        self._smoothed: Smoothed | None = None  # the latest smoothed answer, what a reused frame gets
+        self._reused_in_a_row = 0
+        # a browser's own camera comes over the viewer's path: its frames' arrival shows the up-leg at once
+        self._arrival = ArrivalDelay() if settings.uplink_from_frames else None
+
+    def prepare(self, sf: SourceFrame, net: NetworkView, rendering: bool) -> PreparedFrame:
+        """Decode to RGB, pre-process, work out the compute budget (in a media thread)."""
+        cfg = self.settings.budget
+        t0 = time.monotonic()
+        rgb = sf.frame.to_ndarray(format="rgb24")
+        t1 = time.monotonic()
+        stamp = read_stamp(rgb) if self.settings.probe else None
+        x = self.service.backend.preprocess(rgb)
+        t2 = time.monotonic()
+        est = net.estimate
+        late_ms = 0.0
+        if self._arrival is not None and sf.frame.pts is not None:
+            late_ms = late_uplink_ms(self._arrival.add(sf.frame.pts, sf.arrived_s), est.rtt_ms, est.rtt_low_ms)
+        after_ms = cfg.safety_margin_ms + (self.render_ms.high_ms if rendering else 0.0)
+        budget = frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps,
+                              (t2 - sf.arrived_s) * 1e3, after_ms, late_ms, cfg.late_return_factor)
+        return PreparedFrame(sf=sf, rgb=rgb, x=x, stamp=stamp, budget=budget, network=net,
+                             convert_ms=(t1 - t0) * 1e3, preprocess_ms=(t2 - t1) * 1e3)
+
+    async def decide(self, p: PreparedFrame) -> tuple[FrameDecision, Smoothed]:
+        """Reuse the smoothed answer or run the model; raises ``SegmentRunError`` when exit 1 fails."""
+        compute_ms = p.budget.compute_ms
+        if self._reuse(compute_ms):
+            self._reused_in_a_row += 1
+            assert self._smoothed is not None
+            return reused_decision(self._smoothed, compute_ms), self._smoothed
+        self._reused_in_a_row = 0
+        dec = await self.scheduler.analyse(p.x, compute_ms)
+        self._smoothed = self.smoother.update(dec.result.probs, dec.exit_index)
+        return dec, self._smoothed
+
+    def _reuse(self, compute_ms: float) -> bool:
+        """Answer without the model: even exit 1 (its high-percentile cost) would be late with the safety
+        margin spent too, there is an answer to give, and fewer than ``max_reused_in_a_row`` went before."""
+        cfg = self.settings.budget
+        if not (cfg.reuse_when_late and self.scheduler.truncate) or self._smoothed is None:
+            return False
+        if self._reused_in_a_row >= cfg.max_reused_in_a_row:
+            return False
+        return compute_ms + cfg.safety_margin_ms < self.scheduler.predicted_costs_ms()[0]
+
+    def on_time(self, p: PreparedFrame, now_s: float, rendering: bool) -> bool:
+        """Whether the result, sent now (after RENDER's expected cost if rendering), reaches the viewer in time."""
+        after = self.render_ms.high_ms if rendering else 0.0
+        return (now_s - p.sf.arrived_s) * 1e3 + after + p.budget.network_ms <= self.settings.budget.total_budget_ms
+
+    def result(self, p: PreparedFrame, dec: FrameDecision, sm: Smoothed, done_s: float, render_ms: float | None,
+               dropped_stale: int) -> FrameResult:
+        latency_ms = (done_s - p.sf.arrived_s) * 1e3
+        stages = {"convert": p.convert_ms, "preprocess": p.preprocess_ms, "inference": dec.actual_ms}
+        if render_ms is not None:
+            stages["annotate"] = render_ms
+        return FrameResult(
+            source=self.source, seq=p.sf.seq, stamp=p.stamp, arrived_unix_ms=(time.time() - (done_s - p.sf.arrived_s))
+            * 1e3, raw_class=dec.result.label, raw_confidence=dec.result.confidence, smoothed_class=sm.label,
+            smoothed_confidence=sm.confidence, exit=dec.exit_index + 1, exits_run=dec.exits_run, horizon=dec.horizon,
+            predicted_ms=dec.predicted_ms, actual_ms=dec.actual_ms, segments_ms=dec.segments_ms, budget=p.budget,
+            network=p.network.estimate, stages_ms=stages, latency_ms=latency_ms,
+            deadline_met=latency_ms + p.budget.network_ms <= self.settings.budget.total_budget_ms,
+            dropped_stale=dropped_stale, error=dec.error, reused=dec.exit_index < 0,
+            frame_size=(p.rgb.shape[1], p.rgb.shape[0]))

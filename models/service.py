@@ -1,0 +1,165 @@
+"""The one inference service every pipeline submits its frames to.
+
+``InferenceService`` owns the model runtime (the *backend*, chosen by name in ``[model] backend``, as Frigate
+chooses its detector plugins) and the inference thread(s).  A pipeline decides how deep a frame may go (the
+horizon its deadline allows, the depth window) and submits ``ChainRequest(x, policy, min_exits, max_exits)``;
+the service walks the chain one segment at a time, lets the policy decide after each exit whether to go on, and
+answers with a ``ChainOutcome``.  It keeps the running cost estimate of each segment (median and high
+percentile of measured times) that the scheduler's deadline truncation reads.
+
+This is the seam where batching across streams, a second device and a remote engine plug in: a backend is any
+object with the ``InferenceBackend`` shape (the ONNX Runtime one is ``models.runtime.ModelRuntime``; benchmarks
+wrap it to emulate a slower device).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from models.costs import RunningCost
+from models.errors import ModelError, SegmentRunError
+from models.manifest import Manifest
+from models.policies import ExitPolicy
+from models.runtime import ExitResult, ModelRuntime
+
+
+class ChainRun(Protocol):
+    """One frame's walk down the chain (``models.runtime.InferenceRun``)."""
+
+    results: list[ExitResult]
+
+    @property
+    def next_exit(self) -> int: ...
+
+    @property
+    def done(self) -> bool: ...
+
+    def advance(self) -> ExitResult: ...
+
+
+class InferenceBackend(Protocol):
+    """What the service needs of a runtime."""
+
+    folder: Path
+    manifest: Manifest
+    providers: list[str]
+    device: str
+
+    @property
+    def device_name(self) -> str: ...
+
+    @property
+    def num_exits(self) -> int: ...
+
+    @property
+    def class_names(self) -> list[str]: ...
+
+    @property
+    def prior_costs_ms(self) -> list[float]: ...
+
+    def preprocess(self, rgb: np.ndarray) -> np.ndarray: ...
+
+    def start(self, x: np.ndarray) -> Any: ...
+
+
+def load_onnxruntime(folder: Path, providers: Sequence[str], threads: int, warmup: int,
+                     device_id: int) -> InferenceBackend:
+    return ModelRuntime.load(folder, providers=providers, threads=threads, warmup=warmup, device_id=device_id)
+
+
+BACKENDS: dict[str, Callable[[Path, Sequence[str], int, int, int], InferenceBackend]] = {
+    "onnxruntime": load_onnxruntime,
+}
+
+
+def load_backend(name: str, folder: Path, providers: Sequence[str] = ("cpu",), threads: int = 0, warmup: int = 3,
+                 device_id: int = 0) -> InferenceBackend:
+    if name not in BACKENDS:
+        raise ModelError(f"unknown inference backend {name!r}; choose from {sorted(BACKENDS)}")
+    return BACKENDS[name](folder, providers, threads, warmup, device_id)
+
+
+@dataclass(frozen=True)
+class ChainRequest:
+    x: np.ndarray  # the preprocessed (1, 3, h, w) input
+    policy: ExitPolicy  # decides after each exit whether to go on
+    min_exits: int  # run at least this many exits, whatever the policy says (the depth window)
+    max_exits: int  # never run more: the horizon the deadline allows, within the depth window
+
+
+@dataclass(frozen=True)
+class ChainOutcome:
+    results: tuple[ExitResult, ...]  # one per exit that ran
+    choice: int  # 0-based exit whose answer the policy returns (recall: not always the last one)
+    actual_ms: float  # wall time of the segments that ran
+    error: str | None = None  # a segment after the first failed: the answer comes from the exits before it
+
+
+class InferenceService:
+    """Runs frames' chains on one backend in ``workers`` threads; ``start()`` / ``async stop()``."""
+
+    def __init__(self, backend: InferenceBackend, workers: int = 1, cost_window: int = 256) -> None:
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.backend = backend
+        self.workers = workers
+        self.costs = [RunningCost(ms, cost_window) for ms in backend.prior_costs_ms]
+        self.segment_runs = [0] * backend.num_exits  # how often each segment ran
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def num_exits(self) -> int:
+        return self.backend.num_exits
+
+    @property
+    def class_names(self) -> list[str]:
+        return self.backend.class_names
+
+    def predicted_costs_ms(self) -> list[float]:
+        """What each segment is expected to cost at worst (the running high percentile)."""
+        return [c.high_ms for c in self.costs]
+
+    def start(self) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inference")
+
+    async def stop(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, request: ChainRequest) -> ChainOutcome:
+        """Run ``request`` in an inference thread; raises ``SegmentRunError`` when exit 1 itself fails."""
+        if self._pool is None:
+            raise RuntimeError("the inference service is not started")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self.run_now, request)
+
+    def run_now(self, request: ChainRequest) -> ChainOutcome:
+        """The chain walk itself, in the calling thread (the service's threads, or an offline tool's)."""
+        run = self.backend.start(request.x)
+        decide = request.policy.start(request.max_exits)
+        t0 = time.perf_counter()
+        error = None
+        while True:
+            try:
+                res = run.advance()
+            except SegmentRunError as exc:
+                if run.next_exit == 0:
+                    raise  # no exit has answered: the frame fails
+                error = str(exc)  # a failing segment costs depth, not the answer (recall of the exits run)
+                break
+            self.costs[res.exit_index].record(res.segment_ms)
+            self.segment_runs[res.exit_index] += 1
+            stop = decide.observe(res.probs)
+            if run.next_exit >= request.max_exits or (stop and run.next_exit >= request.min_exits):
+                break
+        # the policy observed every exit that ran (also those the depth window forced), so its choice stands
+        return ChainOutcome(tuple(run.results), decide.choice, (time.perf_counter() - t0) * 1e3, error)
