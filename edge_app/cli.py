@@ -17,7 +17,7 @@ log = logging.getLogger("edge_app")
 DEMO_TEST_SPLIT = Path("data/demo/test.npz")  # written by python -m exporter data
 
 
-def _runtime(cfg: AppConfig, threads: int | None = None, folder: Path | None = None):  # type: ignore[no-untyped-def]
+def load_runtime(cfg: AppConfig, threads: int | None = None, folder: Path | None = None):  # type: ignore[no-untyped-def]
     """The model's runtime alone (offline tools and benchmarks that run it frame by frame)."""
     from models.runtime import ModelRuntime
 
@@ -103,14 +103,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     return rc
 
 
-def _model_dir(args: argparse.Namespace) -> Path:
+def model_dir(args: argparse.Namespace) -> Path:
     return args.model if args.model is not None else load_config(args.config).model_path
 
 
 def cmd_fit_policy(args: argparse.Namespace) -> int:
     from models.fit import fit_policy
 
-    info = fit_policy(_model_dir(args), bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
+    info = fit_policy(model_dir(args), bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
                       loss_kind=args.loss_kind, traces=args.traces)
     print(f"lam={info['lam']:.4f}, loss {info['loss_kind']}, {info['calibration_traces']} traces: "
           f"calibration accuracy {info['calibration_accuracy']:.4f} "
@@ -119,7 +119,7 @@ def cmd_fit_policy(args: argparse.Namespace) -> int:
     return 0
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
+def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     p.add_argument("--model", type=Path, help="model folder (default: [model] path of the config)")
 
@@ -136,7 +136,7 @@ def build_parser(with_tools: bool = True) -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, help="override [server] port")
     s.set_defaults(func=cmd_serve)
     f = sub.add_parser("fit-policy", help="fit the dynamic index on the calibration traces, write policy.json")
-    _model_args(f)
+    model_args(f)
     f.add_argument("--bins", type=int, default=8, help="confidence bins per exit")
     g = f.add_mutually_exclusive_group()
     g.add_argument("--lam", type=float, help="weight of loss against cost, in [0, 1]")

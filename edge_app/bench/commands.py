@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edge_app.cli import CODEC_KBPS, DEMO_TEST_SPLIT, _model_args, _model_dir, _runtime, inference_service
+from edge_app.cli import CODEC_KBPS, DEMO_TEST_SPLIT, inference_service, load_runtime, model_args, model_dir
 from edge_app.config import DEFAULT_CONFIG, load_config
 
 
@@ -30,7 +30,7 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     from edge_app.bench.model import bench_model, format_table
 
     cfg = load_config(args.config)
-    rt = _runtime(cfg, args.threads, args.model)
+    rt = load_runtime(cfg, args.threads, args.model)
     print(f"model {rt.manifest.name} from {rt.folder} on {rt.providers}, "
           f"intra-op threads {args.threads if args.threads is not None else cfg.model.threads} (0 = default), "
           f"{args.frames} frames")
@@ -65,13 +65,13 @@ def cmd_bench_smoothing(args: argparse.Namespace) -> int:
     if not args.video.is_file():
         print(f"error: {args.video}: no such demo split; build it with: python -m exporter data", file=sys.stderr)
         return 2
-    print(bench_smoothing(cfg, _runtime(cfg), args.video, seconds=args.seconds, hold_s=args.hold))
+    print(bench_smoothing(cfg, load_runtime(cfg), args.video, seconds=args.seconds, hold_s=args.hold))
     return 0
 
 def cmd_codec_traces(args: argparse.Namespace) -> int:
     from edge_app.bench.codec_traces import write_codec_traces
 
-    folder = _model_dir(args)
+    folder = model_dir(args)
     try:
         written = write_codec_traces(folder, args.data, args.kbps, args.hold, height=args.height)
     except FileNotFoundError as exc:
@@ -86,7 +86,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return 2
     from edge_app.bench.evaluate import evaluate
 
-    res = evaluate(_model_dir(args), args.out, bins=args.bins, loss_kind=args.loss_kind, traces=args.traces)
+    res = evaluate(model_dir(args), args.out, bins=args.bins, loss_kind=args.loss_kind, traces=args.traces)
     print(res["table"])
     print(f"\nwrote {args.out / 'table.txt'}, {args.out / 'pareto.png'}, {args.out / 'points.json'}")
     return 0
@@ -94,7 +94,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_bench_policy(args: argparse.Namespace) -> int:
     from edge_app.bench.model import bench_policy
 
-    print(bench_policy(_model_dir(args), frames=args.frames))
+    print(bench_policy(model_dir(args), frames=args.frames))
     return 0
 
 def cmd_bench_sessions(args: argparse.Namespace) -> int:
@@ -175,12 +175,12 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
 def add_tool_commands(sub: Any) -> None:
     """The benchmarks and offline tools' subcommands (``edge-app bench-*``, ``evaluate``, ``codec-traces``)."""
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
-    _model_args(b)
+    model_args(b)
     b.add_argument("--frames", type=int, default=300)
     b.add_argument("--threads", type=int, help="override [model] threads")
     b.set_defaults(func=cmd_bench_model)
     v = sub.add_parser("evaluate", help="replay every policy on the test traces: table, Pareto plot, JSON")
-    _model_args(v)
+    model_args(v)
     v.add_argument("--out", type=Path, default=Path("artifacts/evaluate"))
     v.add_argument("--bins", type=int, default=8)
     v.add_argument("--loss-kind", choices=["error", "one-minus-confidence"],
@@ -189,7 +189,7 @@ def add_tool_commands(sub: Any) -> None:
                    help="calibration and test traces: clean or VP8-coded frames (auto: vp8 when the model has them)")
     v.set_defaults(func=cmd_evaluate)
     ct = sub.add_parser("codec-traces", help="softmax traces of calibration and test frames after a VP8 round trip")
-    _model_args(ct)
+    model_args(ct)
     ct.add_argument("--data", type=Path, default=Path("data/demo"),
                     help="demo data folder with calibration.npz and test.npz (python -m exporter data)")
     ct.add_argument("--kbps", type=float, default=CODEC_KBPS,
@@ -199,7 +199,7 @@ def add_tool_commands(sub: Any) -> None:
                     help="frame height (4:3); a browser sends less when short of bits (bench-network: mostly 240)")
     ct.set_defaults(func=cmd_codec_traces)
     bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
-    _model_args(bp)
+    model_args(bp)
     bp.add_argument("--frames", type=int, default=2000)
     bp.set_defaults(func=cmd_bench_policy)
     bl = sub.add_parser("bench-pipeline", help="the live path at 640x480 30 fps, watched as video and through "
