@@ -24,21 +24,14 @@ import aiohttp
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 from conftest import REPO, results_channel
+from test_bad_input import _offer_sdp
 
 from edge_app.config import AppConfig
 
 
 async def dead_offer(video: bool = True, channel: bool = True) -> str:
     """An offer from a peer that is closed before the answer comes (a tab closed mid-connect): it never connects."""
-    pc = RTCPeerConnection()
-    if video:
-        pc.addTransceiver("video", direction="sendrecv")
-    if channel:
-        pc.createDataChannel("results")
-    await pc.setLocalDescription(await pc.createOffer())
-    sdp = pc.localDescription.sdp
-    await pc.close()
-    return sdp
+    return await _offer_sdp(video, channel)  # the offering peer is closed as soon as it has made the offer
 
 
 async def post_offer(http: aiohttp.ClientSession, base: str, body: Any, raw: bytes | None = None
