@@ -27,7 +27,7 @@ from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
 from models.service import InferenceService
-from streams.aiortc_adapter import answer_as_dtls_server, floor_remb
+from streams.aiortc_adapter import answer_as_dtls_server, floor_remb, tap_rtcp
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.redact import redact
@@ -182,9 +182,10 @@ class Hub:
 
     def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
         floor_remb(transceiver.receiver, int(self.config.budget.min_receive_kbps * 1000))
+        tap_rtcp(transceiver.receiver, session.heard)  # the browser's sender reports: the peer is alive
         slot: LatestSlot[SourceFrame] = LatestSlot()
         source = f"browser-{session.id}"
-        session.reader = TrackReader(transceiver.receiver.track, slot, source)
+        session.reader = TrackReader(transceiver.receiver.track, slot, source, on_frame=session.heard)
         session.own_pipeline = self._pipeline(source, "browser", slot, session.network_view, session.probe,
                                               uplink_from_frames=True)
         session.watch(session.own_pipeline)

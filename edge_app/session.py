@@ -9,7 +9,9 @@ data channel the browser opened (when it opened one).
 Lifecycle: a session that has not connected ``connect_timeout_s`` after its
 offer is closed (``connect-timeout``); ICE failing closes it at once
 (``ice-failed``); a peer that stops answering pings is closed after
-``peer_timeout_s`` (``peer-gone``); a peer that closes is ``closed``.  The
+``peer_timeout_s`` (``peer-gone``): nothing at all arrived from it, no
+data-channel message, no RTCP, no video frame (a slow path whose pongs come
+back late is not a vanished peer); a peer that closes is ``closed``.  The
 reason goes to ``on_closed`` once, whoever asks first.
 
 Network estimate: RTT samples from each RTCP receiver report on the video we
@@ -89,7 +91,7 @@ class PeerSession:
         self.send_errors = 0
         self._source_state = source_state
         self._source_sent: tuple[str, str | None] | None = None
-        self._last_heard: float | None = None  # last message from the peer on the data channel
+        self._last_heard: float | None = None  # last time anything arrived from the peer (message, RTCP, frame)
         self._closer: asyncio.Task[None] | None = None
         self._ping_id = 0
         self._tasks: list[asyncio.Task[Any]] = []
@@ -109,7 +111,7 @@ class PeerSession:
         """Send annotated video on the offer's video m-line (aiortc reuses the offered transceiver)."""
         self.outbound = OutboundVideoTrack(self._on_video_dropped)
         self.video_sender = self.pc.addTrack(self.outbound)
-        tap_rtcp_rtt(self.video_sender, lambda ms: self._rtt_sample(ms, "rtcp"))
+        tap_rtcp_rtt(self.video_sender, lambda ms: self._rtt_sample(ms, "rtcp"), self.heard)
 
     def attach_channel(self, channel: RTCDataChannel) -> None:
         self.channel = channel
@@ -119,6 +121,10 @@ class PeerSession:
         """Start the connect timer at once (the offer is being answered) and the network poll."""
         self._tasks.append(asyncio.create_task(self._watch_connect(), name=f"connect-{self.id}"))
         self._tasks.append(asyncio.create_task(self._poll_network(), name=f"netpoll-{self.id}"))
+
+    def heard(self) -> None:
+        """Something arrived from the peer (a data-channel message, an RTCP packet, a video frame)."""
+        self._last_heard = time.monotonic()
 
     def on_connection_state(self) -> None:
         """The peer connection's state changed: note when it connected; close it when it failed or closed."""
@@ -167,7 +173,7 @@ class PeerSession:
             self._on_result_dropped()
 
     def _on_message(self, message: object) -> None:
-        self._last_heard = time.monotonic()  # anything at all shows the peer is still there
+        self.heard()
         if not isinstance(message, str) or len(message) > MAX_MESSAGE_BYTES:
             self._reject("messages must be JSON text under 4 KiB")
             return
@@ -258,15 +264,16 @@ class PeerSession:
                 self._fps = fps if self._fps == 0 else 0.7 * self._fps + 0.3 * fps
                 self._sent_at_poll = (now, self.outbound.sent)
             self._report_source()
-            if now - last_ping >= PING_S and self.channel is not None and self.channel.readyState == "open":
+            if self.connected_after_s is not None:
                 if self._last_heard is None:
-                    self._last_heard = now  # the clock starts with the first ping
+                    self._last_heard = now  # the clock starts once connected
                 elif now - self._last_heard > self.peer_timeout_s:
-                    log.warning("session %s: no answer on the data channel for %.0f s: the peer is gone, closing",
-                                self.id, now - self._last_heard)
+                    log.warning("session %s: nothing from the peer for %.0f s (no message, RTCP or video): it is "
+                                "gone, closing", self.id, now - self._last_heard)
                     self.timed_out = True
                     self._close_soon("peer-gone")
                     return
+            if now - last_ping >= PING_S and self.channel is not None and self.channel.readyState == "open":
                 last_ping = now
                 self._ping_id += 1
                 self._pings = {k: v for k, v in self._pings.items() if now - v < 10}  # lost pings are forgotten

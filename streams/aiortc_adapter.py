@@ -95,8 +95,20 @@ def sender_rtt_ms(sender: Any) -> float | None:
     return None if rtt is None else float(rtt) * 1e3
 
 
-def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None]) -> None:
-    """Call ``on_sample(rtt_ms)`` with the RTT of every receiver report the sender gets (unsmoothed).
+def tap_rtcp(endpoint: Any, on_packet: Callable[[], None]) -> None:
+    """Call ``on_packet()`` for every RTCP packet an RTCRtpSender or RTCRtpReceiver gets (the peer is alive)."""
+    original = endpoint._handle_rtcp_packet
+
+    async def handle(packet: Any) -> None:
+        on_packet()
+        await original(packet)
+
+    endpoint._handle_rtcp_packet = handle
+
+
+def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None], on_packet: Callable[[], None] | None = None) -> None:
+    """Call ``on_sample(rtt_ms)`` with the RTT of every receiver report the sender gets (unsmoothed), and
+    ``on_packet()`` for every RTCP packet.
 
     Wraps this sender instance's ``_handle_rtcp_packet`` (aiortc's DTLS transport calls it per RTCP
     packet); the sample is computed before aiortc handles the packet, exactly as aiortc computes its own.
@@ -104,6 +116,8 @@ def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None]) -> None:
     original = sender._handle_rtcp_packet
 
     async def handle(packet: Any) -> None:
+        if on_packet is not None:
+            on_packet()
         if isinstance(packet, RtcpRrPacket | RtcpSrPacket):
             lsr, lsr_time = getattr(sender, SENDER_LSR, None), getattr(sender, SENDER_LSR_TIME, None)
             for report in packet.reports:

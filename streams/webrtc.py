@@ -35,10 +35,12 @@ VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
 class TrackReader:
     """Drains ``track`` into ``slot`` until the track ends; ``start()`` / ``await stop()``."""
 
-    def __init__(self, track: Any, slot: LatestSlot[SourceFrame], source: str) -> None:
+    def __init__(self, track: Any, slot: LatestSlot[SourceFrame], source: str,
+                 on_frame: Callable[[], None] | None = None) -> None:
         self.track = track
         self.slot = slot
         self.source = source
+        self.on_frame = on_frame  # told of every frame (the peer is alive)
         self.received = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -50,6 +52,8 @@ class TrackReader:
             while True:
                 frame = await self.track.recv()
                 self.slot.put(SourceFrame(frame, self.received, time.monotonic(), self.source))
+                if self.on_frame is not None:
+                    self.on_frame()
                 self.received += 1
         except MediaStreamError:
             log.info("%s: the remote video track ended after %d frames", self.source, self.received)
