@@ -27,7 +27,7 @@ from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
 from models.service import InferenceService
-from streams.aiortc_adapter import answer_as_dtls_server, floor_remb, tap_rtcp
+from streams.aiortc_adapter import answer_as_dtls_server, floor_remb, peer_receives, tap_rtcp
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.redact import redact
@@ -162,21 +162,24 @@ class Hub:
         if camera is None and analysed is None:
             raise OfferRefused(400, "the offer sends no video track and names no camera: nothing to analyse "
                                     "(add a video track, or ask for one of the configured cameras)")
-        used = set()
-        if video:
-            session.attach_outbound()
-            used.add(next(t for t in pc.getTransceivers() if t.sender is session.video_sender))
+        # annotated video goes back only on an m-line where the peer asked to receive video (a page that shows
+        # its own camera and draws the results over it offers "sendonly": nothing is rendered or encoded for it)
+        back = next((t for t in video if peer_receives(t) and t is analysed), None) or next(
+            (t for t in video if peer_receives(t)), None)
+        used = {t for t in (back, analysed if camera is None else None) if t is not None}
+        if back is not None:
+            session.attach_outbound(back)
         if camera is None and analysed is not None:
             self._analyse_browser_camera(session, analysed)
         elif camera is not None:
             session.watch(self.camera_pipelines[camera])
-        if camera is None and analysed is not None:
-            used.add(analysed)
         for t in pc.getTransceivers():
             if t not in used:
                 t.direction = "inactive"
-            elif camera is not None or t is not analysed:
-                t.direction = "sendonly"  # a camera viewer's own video would be decoded for nothing
+            elif t is back and t is analysed and camera is None:
+                t.direction = "sendrecv"
+            else:  # a camera viewer's own video would be decoded for nothing
+                t.direction = "sendonly" if t is back else "recvonly"
         await pc.setLocalDescription(await pc.createAnswer())
         return pc.localDescription
 

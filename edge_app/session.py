@@ -107,10 +107,11 @@ class PeerSession:
         self.watched = pipeline
         pipeline.subscribe(self._on_output, video=self.outbound is not None)
 
-    def attach_outbound(self) -> None:
-        """Send annotated video on the offer's video m-line (aiortc reuses the offered transceiver)."""
+    def attach_outbound(self, transceiver: Any) -> None:
+        """Send annotated video on ``transceiver`` (a video m-line on which the peer receives)."""
         self.outbound = OutboundVideoTrack(self._on_video_dropped)
-        self.video_sender = self.pc.addTrack(self.outbound)
+        transceiver.sender.replaceTrack(self.outbound)
+        self.video_sender = transceiver.sender
         tap_rtcp_rtt(self.video_sender, lambda ms: self._rtt_sample(ms, "rtcp"), self.heard)
 
     def attach_channel(self, channel: RTCDataChannel) -> None:
@@ -302,6 +303,7 @@ class PeerSession:
             "video_frames_sent": self.outbound.sent if self.outbound else 0,
             "video_frames_dropped": self.outbound.dropped if self.outbound else 0,
             "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
+            "frames_rendered": self.own_pipeline.rendered if self.own_pipeline else None,
             "frames_dropped_stale": self.own_pipeline.slot.dropped if self.own_pipeline else None,
             "bad_messages": self.bad_messages,
             "send_errors": self.send_errors,

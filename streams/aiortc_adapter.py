@@ -40,6 +40,7 @@ SENDER_LSR = "_RTCRtpSender__lsr"  # middle 32 bits of the NTP time of the last 
 SENDER_LSR_TIME = "_RTCRtpSender__lsr_time"  # time.time() when it was sent
 SENDER_ENCODER = "_RTCRtpSender__encoder"  # created when the first frame is sent
 RECEIVER_ESTIMATOR = "_RTCRtpReceiver__remote_bitrate_estimator"
+TRANSCEIVER_OFFER_DIRECTION = "_offerDirection"  # the offer's direction, reversed to our side
 DTLS_ROLE = "_role"  # RTCDtlsTransport: "auto" until the descriptions fix it, then "client" or "server"
 DTLS_SET_ROLE = "_set_role"
 
@@ -64,6 +65,12 @@ def check_internals(sender: Any, receiver: Any) -> None:
                 missing.append(f"RemoteBitrateEstimator.rate_control.{name}")
     if missing:
         raise AiortcInternalsError("aiortc internals moved (is aiortc still 1.16.0?): " + ", ".join(missing))
+
+
+def peer_receives(transceiver: Any) -> bool:
+    """After ``setRemoteDescription(offer)``: whether the offer lets us send on this m-line (the peer's direction is
+    ``sendrecv`` or ``recvonly``).  aiortc keeps it, from our side, in ``_offerDirection``."""
+    return getattr(transceiver, TRANSCEIVER_OFFER_DIRECTION, None) in ("sendrecv", "sendonly")
 
 
 def answer_as_dtls_server(pc: Any) -> int:

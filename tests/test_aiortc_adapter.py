@@ -20,6 +20,7 @@ async def test_internals_are_where_the_adapter_reads_them() -> None:
     try:
         transceiver = pc.addTransceiver("video", direction="sendrecv")
         check_internals(transceiver.sender, transceiver.receiver)
+        assert hasattr(transceiver, "_offerDirection"), "peer_receives reads aiortc's _offerDirection"
         # fresh objects: nothing measured yet
         assert sender_rtt_ms(transceiver.sender) is None
         assert sender_target_bitrate_bps(transceiver.sender) is None

@@ -34,7 +34,7 @@ async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: 
                                          fake_camera: tuple[Path, LabelledVideo]) -> None:
     video = fake_camera[1]
     async with browser(fake_camera[0]) as page, serve(app_config()) as base:
-        await page.goto(f"{base}/?probe=1")
+        await page.goto(f"{base}/?probe=1&video=1")  # annotated video back: its display latency is measured too
         await page.click("#connect")
         await page.wait_for_function(
             "() => window.edge.error || (window.edge.results >= 300"
@@ -98,3 +98,29 @@ async def test_the_page_says_when_it_cannot_connect_and_what_to_do(app_config: C
     print(f"page: {shown}")
     assert shown is not None and "not connected after 2 s" in shown and 'ice_host_addresses = ["127.0.0.1"]' in shown
     assert status["sessions"] == [] and status["sessions_closed"] == {"connect-timeout": 1}, status
+
+
+async def test_results_first_the_page_draws_over_its_own_camera(app_config: Callable[..., Any], serve: Any,
+                                                                 browser: Any, fake_camera: tuple[Path, LabelledVideo]
+                                                                 ) -> None:
+    """By default the page shows its own camera at once and draws the analysis from the results over it: the
+    offer is sendonly, so the server neither renders nor encodes anything for this session."""
+    import aiohttp
+
+    async with browser(fake_camera[0]) as page, serve(app_config()) as base:
+        await page.goto(f"{base}/")
+        assert not await page.is_checked("#video-back")
+        await page.click("#connect")
+        await page.wait_for_function("() => window.edge.error || (window.edge.results >= 120"
+                                     " && window.edge.overlayDrawn >= 60)", timeout=60_000)
+        seen = await page.evaluate("() => ({error: edge.error, local: document.getElementById('video').videoWidth,"
+                                   " mine: document.getElementById('video').srcObject === edge.localStream,"
+                                   " drawn: edge.overlayDrawn, results: edge.results})")
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/status") as r:
+            session = (await r.json())["sessions"][0]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "results-first.png"))
+    print(f"results first: {seen}, server: receives_video {session['receives_video']}, "
+          f"rendered {session['frames_rendered']} of {session['frames_analysed']}")
+    assert seen["error"] is None and seen["local"] > 0 and seen["mine"], seen
+    assert session["receives_video"] is False and session["frames_rendered"] == 0 and session["frames_analysed"] > 100

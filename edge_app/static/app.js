@@ -8,7 +8,7 @@ const params = new URLSearchParams(location.search);
 const probe = params.has("probe") ? await import("./probe.js") : null;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  numExits: null, exitCounts: [], reused: 0, sourceState: null, connectTimer: null, browserRttMs: null,
+  numExits: null, exitCounts: [], reused: 0, videoBack: false, overlayDrawn: 0, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
   probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
@@ -117,7 +117,7 @@ async function connect() {
     const pc = edge.pc = new RTCPeerConnection({ iceServers: status.ice_servers || [] });
     const channel = edge.channel = pc.createDataChannel("results", { ordered: false, maxRetransmits: 0 });
     channel.onmessage = (e) => onMessage(channel, e.data);
-    pc.ontrack = (e) => { $("video").srcObject = e.streams[0] || new MediaStream([e.track]); };
+    pc.ontrack = (e) => { if (edge.videoBack) $("video").srcObject = e.streams[0] || new MediaStream([e.track]); };
     pc.onconnectionstatechange = () => {
       if (pc.connectionState === "connected") {
         clearTimeout(edge.connectTimer);
@@ -139,12 +139,18 @@ async function connect() {
     if (camera === null) {
       const stream = await navigator.mediaDevices.getUserMedia({
         video: { width: { ideal: 640 }, height: { ideal: 480 }, frameRate: { ideal: 30 } }, audio: false });
+      // results first: unless annotated video back is asked for, the page shows its own camera at once and draws
+      // the analysis over it; the offer is then sendonly, and the server neither renders nor encodes for it
+      edge.videoBack = $("video-back").checked;
       for (const t of stream.getVideoTracks()) {
-        if (probe) { const st = probe.stampedTrack(t, edge.probe); pc.addTrack(st, new MediaStream([st])); }
-        else pc.addTrack(t, stream);
+        const track = probe ? probe.stampedTrack(t, edge.probe) : t;
+        pc.addTransceiver(track, { direction: edge.videoBack ? "sendrecv" : "sendonly",
+          streams: [probe ? new MediaStream([track]) : stream] });
       }
       edge.localStream = stream;
+      if (!edge.videoBack) $("video").srcObject = stream;
     } else {
+      edge.videoBack = true;
       pc.addTransceiver("video", { direction: "recvonly" });
     }
     await pc.setLocalDescription(await pc.createOffer());
@@ -164,6 +170,7 @@ async function connect() {
 
 function teardown() {
   clearTimeout(edge.connectTimer);
+  clearOverlay();
   if (edge.pc) edge.pc.close();
   if (edge.localStream) edge.localStream.getTracks().forEach((t) => t.stop());
   edge.pc = edge.channel = edge.localStream = null;
@@ -194,6 +201,40 @@ function onMessage(channel, data) {
     charts.budget.push(t, [Math.max(0, msg.budget.compute_ms), msg.costs.actual_ms, msg.latency_ms]);
   }
   showResult(msg);
+  if (!edge.videoBack) drawOverlay(msg);
+}
+
+// The analysis drawn over the browser's own camera (what the server draws into the video when it is sent back):
+// label and confidence, the exits used, green when on time.
+function drawOverlay(m) {
+  const canvas = $("overlay"), v = $("video");
+  const w = canvas.clientWidth, h = canvas.clientHeight, dpr = window.devicePixelRatio || 1;
+  if (canvas.width !== Math.round(w * dpr)) { canvas.width = Math.round(w * dpr); canvas.height = Math.round(h * dpr); }
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  if (!v.videoWidth) return;
+  const conf = m.smoothed.confidence;
+  const colour = conf >= 0.8 ? "#3cc850" : conf >= 0.5 ? "#f0b428" : "#e63c32";
+  ctx.fillStyle = "rgba(0, 0, 0, 0.45)";
+  ctx.fillRect(0, 0, w, 44);
+  ctx.font = "600 20px system-ui, sans-serif";
+  ctx.fillStyle = colour;
+  ctx.fillText(`${m.smoothed.label}  ${(100 * conf).toFixed(0)}%`, 10, 27);
+  ctx.font = "12px system-ui, sans-serif";
+  ctx.fillStyle = m.deadline_met ? "#fff" : "#e63c32";
+  ctx.fillText(m.reused ? "reused" : `exit ${m.exit}/${edge.numExits}  ${m.latency_ms.toFixed(0)} ms`, 10, 40);
+  for (let k = 0; k < (edge.numExits || 0); k++) {
+    const x = w - ((edge.numExits - k) * 22) - 6;
+    if (k < m.exit) { ctx.fillStyle = colour; ctx.fillRect(x, 8, 18, 18); }
+    ctx.strokeStyle = "#fff"; ctx.strokeRect(x + 0.5, 8.5, 17, 17);
+  }
+  edge.overlayDrawn += 1;
+}
+
+function clearOverlay() {
+  const canvas = $("overlay");
+  canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
 }
 
 // A watched camera's state, as the server reports it: {"type": "source", "camera", "state", "reason"}.
@@ -272,6 +313,7 @@ async function refreshStatus() {
 }
 
 $("connect").onclick = connect;
+$("video-back").checked = params.get("video") === "1";
 if (probe) { probe.watchDisplay($("video"), edge.probe); $("g2g-row").hidden = false; }
 $("disconnect").onclick = disconnect;
 setState("idle");
