@@ -94,8 +94,8 @@ class Hub:
         i = worst_network(costs)
         return self._prior if i is None else views[i]
 
-    async def create_session(self, offer: RTCSessionDescription, camera: str | None, probe: bool
-                             ) -> tuple[PeerSession, RTCSessionDescription]:
+    async def create_session(self, offer: RTCSessionDescription, camera: str | None, probe: bool,
+                             full_results: bool = False) -> tuple[PeerSession, RTCSessionDescription]:
         """Answer ``offer``; raise ``OfferRefused`` with the HTTP status and a reason when it cannot be used.
 
         The session takes its slot before the first ``await`` (a burst of offers cannot overshoot
@@ -110,7 +110,7 @@ class Hub:
         problem = offer_problem(offer.sdp)
         if problem is not None:
             raise OfferRefused(400, f"cannot use this SDP offer: {problem}")
-        session = self._new_session(camera, probe)
+        session = self._new_session(camera, probe, full_results)
         self.sessions[session.id] = session  # the slot is taken from here on
         session.start()
         try:
@@ -130,7 +130,7 @@ class Hub:
                  "analysing the browser's camera" if camera is None else "watching", camera)
         return session, answer
 
-    def _new_session(self, camera: str | None, probe: bool) -> PeerSession:
+    def _new_session(self, camera: str | None, probe: bool, full_results: bool) -> PeerSession:
         ice = [RTCIceServer(s.urls, s.username, s.credential) for s in self.config.server.ice_servers]
         pc = RTCPeerConnection(RTCConfiguration(iceServers=ice))
         srv = self.config.server
@@ -138,7 +138,8 @@ class Hub:
                               self.metrics.results_dropped.inc, self._forget,
                               self.metrics.frames_dropped.labels(camera or "browser", "send").inc,
                               peer_timeout_s=srv.peer_timeout_s, connect_timeout_s=srv.connect_timeout_s,
-                              source_state=None if camera is None else lambda: self.camera_state(camera))
+                              source_state=None if camera is None else lambda: self.camera_state(camera),
+                              full_results=full_results)
         pc.on("datachannel", session.attach_channel)
         pc.on("connectionstatechange", session.on_connection_state)
         pc.on("iceconnectionstatechange", session.on_ice_state)

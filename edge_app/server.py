@@ -17,7 +17,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -57,6 +57,8 @@ class Offer(BaseModel):
     type: str = Field(pattern="^offer$")
     camera: str | None = Field(None, max_length=64, description="watch this configured camera")
     probe: bool = Field(False, description="read the frame counter stamped in the left margin of each frame")
+    results: Literal["compact", "full"] = Field("compact", description="compact results (a full one each second), "
+                                                "or every field on every result")
 
 
 def json_error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -162,7 +164,7 @@ async def _answer_offer(request: web.Request) -> web.Response:
         log.debug("offer from %s: ignoring keys %s", client, [k[:40] for k in unknown[:10]])
     try:
         session, answer = await request.app[HUB_KEY].create_session(
-            RTCSessionDescription(sdp=body.sdp, type=body.type), body.camera, body.probe)
+            RTCSessionDescription(sdp=body.sdp, type=body.type), body.camera, body.probe, body.results == "full")
     except OfferRefused as exc:
         metrics.offers.labels(f"refused-{exc.status}").inc()
         return json_error(exc.status, exc.reason)

@@ -48,7 +48,8 @@ POLL_S = 0.5  # how often the RTCP-derived estimates are read
 PING_S = 0.25  # data-channel ping interval: RTT samples between receiver reports (about one a second)
 MAX_BUFFERED_BYTES = 256 * 1024  # results beyond this are dropped (and counted), not queued
 MAX_MESSAGE_BYTES = 4096  # the client sends only small control messages
-JSON_RESULT_BYTES = 1200.0  # what one result costs on the wire, for data-channel-only viewers
+JSON_RESULT_BYTES = 600.0  # what one result costs on the wire (compact, with SCTP), for data-channel-only viewers
+DETAIL_EVERY_S = 1.0  # a full result (every field) this often; the others are compact
 CLOSE_REASONS = ("connect-timeout", "ice-failed", "dtls-failed", "peer-gone", "closed", "shutdown")
 CONNECT_HINT = ("no network path between the browser and this box: for a browser on the same machine set [server] "
                 "ice_host_addresses = [\"127.0.0.1\"]; for other machines serve HTTPS (tls_cert, tls_key) on an "
@@ -61,7 +62,8 @@ class PeerSession:
                  camera: str | None, probe: bool, on_result_dropped: Callable[[], None],
                  on_closed: Callable[[PeerSession, str | None], Awaitable[None]],
                  on_video_dropped: Callable[[], None] | None = None, peer_timeout_s: float = 10.0,
-                 connect_timeout_s: float = 15.0, source_state: SourceState | None = None) -> None:
+                 connect_timeout_s: float = 15.0, source_state: SourceState | None = None,
+                 full_results: bool = False) -> None:
         self.id = sid
         self.pc = pc
         self.camera = camera
@@ -86,6 +88,8 @@ class PeerSession:
         self._pings: dict[int, float] = {}
         self.peer_timeout_s = peer_timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.full_results = full_results  # every field on every result (the offer asked: "results": "full")
+        self._detail_sent_s = 0.0
         self.connected_after_s: float | None = None
         self.close_reason: str | None = None
         self.send_errors = 0
@@ -164,10 +168,15 @@ class PeerSession:
         if ch.readyState != "open" or ch.bufferedAmount > MAX_BUFFERED_BYTES:
             self._on_result_dropped()
             return
-        msg = af.result.to_json(self.class_names)
-        msg["session"] = self.id
+        now = time.monotonic()
+        if self.full_results or now - self._detail_sent_s >= DETAIL_EVERY_S:
+            self._detail_sent_s = now
+            msg = af.result.to_json(self.class_names)
+            msg["session"] = self.id
+            msg["receive_estimate_bps"] = self.receive_estimate_bps
+        else:
+            msg = af.result.to_compact_json(self.class_names)
         msg["rtt_source"] = self.rtt_source
-        msg["receive_estimate_bps"] = self.receive_estimate_bps
         if self._send(msg):
             self.results_sent += 1
         else:

@@ -70,7 +70,7 @@ async def test_browser_style_session_end_to_end(app_config: Callable[..., Any], 
         try:
             pc.addTrack(VideoFileTrack(video))
             collect(pc, results, frames, tasks)
-            answer = await connect(base, pc, probe=True)
+            answer = await connect(base, pc, probe=True, results="full")
             t_end = time.monotonic() + 30
             while time.monotonic() < t_end:  # until RTCP has given an RTT and enough frames went through
                 await asyncio.sleep(0.25)

@@ -8,7 +8,7 @@ const params = new URLSearchParams(location.search);
 const probe = params.has("probe") ? await import("./probe.js") : null;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  numExits: null, exitCounts: [], reused: 0, videoBack: false, overlayDrawn: 0, sourceState: null, connectTimer: null, browserRttMs: null,
+  numExits: null, exitCounts: [], lastDetail: null, reused: 0, videoBack: false, overlayDrawn: 0, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
   probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
@@ -190,6 +190,7 @@ function onMessage(channel, data) {
   }
   edge.results += 1;
   edge.lastResult = msg;
+  if (msg.detail) edge.lastDetail = msg;  // every field, once a second (the others are compact)
   edge.recent.push(msg);
   if (edge.recent.length > KEEP) edge.recent.shift();
   if (msg.reused) edge.reused += 1; else edge.exitCounts[msg.exit - 1] += 1;
@@ -275,7 +276,7 @@ async function pollStats() {
   });
   edge.browserRttMs = rtt;
   const m = edge.lastResult;
-  if (m) { rate = m.network.bitrate_bps; recv = m.receive_estimate_bps; }
+  if (m) { rate = m.network.bitrate_bps; recv = edge.lastDetail ? edge.lastDetail.receive_estimate_bps : null; }
   const t = performance.now() / 1000;
   if (charts) {
     charts.rtt.push(t, [m ? m.network.rtt_ms : null, rtt]);
