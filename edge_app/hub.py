@@ -27,7 +27,13 @@ from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
 from models.service import InferenceService
-from streams.aiortc_adapter import answer_as_dtls_server, floor_remb, peer_receives, tap_rtcp
+from streams.aiortc_adapter import (
+    answer_as_dtls_server,
+    floor_remb,
+    lower_video_bitrate_floor,
+    peer_receives,
+    tap_rtcp,
+)
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.redact import redact
@@ -69,6 +75,7 @@ class Hub:
 
     async def start(self) -> None:
         self.service.start()
+        lower_video_bitrate_floor(60_000)  # annotated video may go below aiortc's 250 kbit/s on a narrow path
         for c in self.config.cameras:
             cam = RtspCamera(c.name, c.url, c.transport, c.open_timeout_s, c.read_timeout_s,
                              Backoff(c.backoff_initial_s, c.backoff_max_s))

@@ -37,8 +37,15 @@ from edge_app.budget import expected_frame_bytes
 from edge_app.config import BudgetConfig
 from edge_app.pipeline import AnalysisPipeline
 from edge_app.results import AnalysedFrame, NetworkView
-from streams.aiortc_adapter import receiver_bitrate_estimate_bps, sender_target_bitrate_bps, tap_rtcp_rtt
+from streams.aiortc_adapter import (
+    RtcpTaps,
+    receiver_bitrate_estimate_bps,
+    sender_target_bitrate_bps,
+    set_sender_target_bitrate,
+    tap_rtcp_rtt,
+)
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.ratecontrol import UplinkController, VideoRateController
 from streams.redact import redact
 from streams.webrtc import OutboundVideoTrack, TrackReader
 
@@ -89,6 +96,10 @@ class PeerSession:
         self.peer_timeout_s = peer_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.full_results = full_results  # every field on every result (the offer asked: "results": "full")
+        self.video_rate: VideoRateController | None = None  # the annotated video's rate, when video goes back
+        self.uplink = UplinkController()  # what the browser is asked to send, when it sends its camera
+        self._last_rtcp_rtt_ms: float | None = None
+        self._remb_bps: int | None = None
         self._detail_sent_s = 0.0
         self.connected_after_s: float | None = None
         self.close_reason: str | None = None
@@ -112,11 +123,34 @@ class PeerSession:
         pipeline.subscribe(self._on_output, video=self.outbound is not None)
 
     def attach_outbound(self, transceiver: Any) -> None:
-        """Send annotated video on ``transceiver`` (a video m-line on which the peer receives)."""
+        """Send annotated video on ``transceiver`` (a video m-line on which the peer receives); its bitrate and
+        frame rate follow what the viewer's receiver reports say about the path (``VideoRateController``)."""
         self.outbound = OutboundVideoTrack(self._on_video_dropped)
         transceiver.sender.replaceTrack(self.outbound)
         self.video_sender = transceiver.sender
-        tap_rtcp_rtt(self.video_sender, lambda ms: self._rtt_sample(ms, "rtcp"), self.heard)
+        self.video_rate = VideoRateController()
+        taps = RtcpTaps(on_loss=self._on_loss, on_remb_bps=self._on_remb, after=self._apply_video_rate)
+        tap_rtcp_rtt(self.video_sender, self._on_rtcp_rtt, self.heard, taps)
+
+    def _on_rtcp_rtt(self, rtt_ms: float) -> None:
+        self._rtt_sample(rtt_ms, "rtcp")
+        self._last_rtcp_rtt_ms = rtt_ms
+
+    def _on_remb(self, bitrate_bps: int) -> None:
+        self._remb_bps = bitrate_bps
+
+    def _on_loss(self, fraction: float) -> None:
+        """A receiver report on the video we send: adapt its rate (cut at once on loss or a queue, raise slowly)."""
+        if self.video_rate is None:
+            return
+        floor = snapshot(self.rtt, self.bitrate).rtt_low_ms
+        rate = self.video_rate.update(time.monotonic(), fraction, self._last_rtcp_rtt_ms, floor, self._remb_bps)
+        if self.outbound is not None:
+            self.outbound.max_fps = rate.max_fps
+
+    def _apply_video_rate(self) -> None:
+        if self.video_rate is not None and self.video_sender is not None:
+            set_sender_target_bitrate(self.video_sender, self.video_rate.rate.target_bps)
 
     def attach_channel(self, channel: RTCDataChannel) -> None:
         self.channel = channel
@@ -162,6 +196,12 @@ class PeerSession:
     def _on_output(self, af: AnalysedFrame) -> None:
         if self.outbound is not None and af.i420 is not None:
             self.outbound.offer(af.video_frame())
+        if self.own_pipeline is not None and self.watched is self.own_pipeline:
+            request = self.uplink.update(time.monotonic(), af.result.budget.late_ms)
+            if request is not None:  # the page applies it with RTCRtpSender.setParameters
+                log.info("session %s: asking the browser to send at most %d kbit/s, 1/%g resolution, %g fps",
+                         self.id, request.max_bitrate_bps // 1000, request.scale_down, request.max_fps)
+                self._send(request.message())
         ch = self.channel
         if ch is None:
             return
@@ -311,6 +351,8 @@ class PeerSession:
             "results_sent": self.results_sent,
             "video_frames_sent": self.outbound.sent if self.outbound else 0,
             "video_frames_dropped": self.outbound.dropped if self.outbound else 0,
+            "video_target_bps": self.video_rate.rate.target_bps if self.video_rate else None,
+            "uplink_level": self.uplink.level,
             "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
             "frames_rendered": self.own_pipeline.rendered if self.own_pipeline else None,
             "frames_dropped_stale": self.own_pipeline.slot.dropped if self.own_pipeline else None,

@@ -26,12 +26,15 @@ any of this; ``tests/test_aiortc_adapter.py`` calls it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiortc import sdp
-from aiortc.rtp import RtcpRrPacket, RtcpSrPacket
+from aiortc.codecs import h264, vpx
+from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, RtcpRrPacket, RtcpSrPacket, unpack_remb_fci
 
 from streams.errors import StreamsError
 
@@ -113,14 +116,29 @@ def tap_rtcp(endpoint: Any, on_packet: Callable[[], None]) -> None:
     endpoint._handle_rtcp_packet = handle
 
 
-def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None], on_packet: Callable[[], None] | None = None) -> None:
-    """Call ``on_sample(rtt_ms)`` with the RTT of every receiver report the sender gets (unsmoothed), and
-    ``on_packet()`` for every RTCP packet.
+@dataclass
+class RtcpTaps:
+    """What a sender's RTCP tells, as it arrives: each report's own RTT sample (ms), its loss fraction (0..1),
+    the peer's REMB (bit/s), any packet at all; ``after`` runs once aiortc has handled the packet (aiortc sets the
+    encoder's target from a REMB then, so a cap of our own is re-applied there)."""
+
+    on_rtt_ms: Callable[[float], None] | None = None
+    on_loss: Callable[[float], None] | None = None
+    on_remb_bps: Callable[[int], None] | None = None
+    on_packet: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+
+
+def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None], on_packet: Callable[[], None] | None = None,
+                 taps: RtcpTaps | None = None) -> None:
+    """Call ``on_sample(rtt_ms)`` with the RTT of every receiver report the sender gets (unsmoothed), and the
+    callbacks of ``taps``.
 
     Wraps this sender instance's ``_handle_rtcp_packet`` (aiortc's DTLS transport calls it per RTCP
     packet); the sample is computed before aiortc handles the packet, exactly as aiortc computes its own.
     """
     original = sender._handle_rtcp_packet
+    taps = taps or RtcpTaps()
 
     async def handle(packet: Any) -> None:
         if on_packet is not None:
@@ -128,11 +146,37 @@ def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None], on_packet: Cal
         if isinstance(packet, RtcpRrPacket | RtcpSrPacket):
             lsr, lsr_time = getattr(sender, SENDER_LSR, None), getattr(sender, SENDER_LSR_TIME, None)
             for report in packet.reports:
-                if report.ssrc == sender._ssrc and lsr_time is not None and report.lsr == lsr and report.dlsr:
+                if report.ssrc != sender._ssrc:
+                    continue
+                if taps.on_loss is not None:
+                    taps.on_loss(report.fraction_lost / 256)
+                if lsr_time is not None and report.lsr == lsr and report.dlsr:
                     on_sample((time.time() - lsr_time - report.dlsr / 65536) * 1e3)
+        elif isinstance(packet, RtcpPsfbPacket) and packet.fmt == RTCP_PSFB_APP and taps.on_remb_bps is not None:
+            with contextlib.suppress(ValueError):
+                taps.on_remb_bps(int(unpack_remb_fci(packet.fci)[0]))
         await original(packet)
+        if taps.after is not None:
+            taps.after()
 
     sender._handle_rtcp_packet = handle
+
+
+def set_sender_target_bitrate(sender: Any, bitrate_bps: int) -> bool:
+    """Set the encoder's target bitrate (it re-creates itself when the target moves by more than 10 %); False
+    before the first frame is encoded."""
+    enc = getattr(sender, SENDER_ENCODER, None)
+    if enc is None or not hasattr(enc, "target_bitrate"):
+        return False
+    enc.target_bitrate = bitrate_bps
+    return True
+
+
+def lower_video_bitrate_floor(min_bps: int) -> None:
+    """aiortc's encoders never go under 250 kbit/s (VP8) or 500 kbit/s (H.264): too much for a narrow path,
+    where fewer, smaller frames are better than a queue.  Lower their floor (module constants, read per call)."""
+    vpx.MIN_BITRATE = min(vpx.MIN_BITRATE, min_bps)
+    h264.MIN_BITRATE = min(h264.MIN_BITRATE, min_bps)
 
 
 def sender_target_bitrate_bps(sender: Any) -> int | None:

@@ -79,6 +79,8 @@ class OutboundVideoTrack(MediaStreamTrack):
         self._slot: LatestSlot[av.VideoFrame] = LatestSlot()
         self._slot.on_drop = on_drop
         self._t0: float | None = None
+        self._last_sent_s = 0.0
+        self.max_fps = 30.0  # a narrow path gets fewer frames, not a queue (set by the rate controller)
         self.sent = 0
 
     @property
@@ -86,6 +88,13 @@ class OutboundVideoTrack(MediaStreamTrack):
         return self._slot.dropped
 
     def offer(self, frame: av.VideoFrame) -> None:
+        now = time.monotonic()
+        if now - self._last_sent_s < 0.9 / self.max_fps:
+            self._slot.dropped += 1  # over the frame rate the path allows: dropped here, counted
+            if self._slot.on_drop is not None:
+                self._slot.on_drop()
+            return
+        self._last_sent_s = now
         self._slot.put(frame)
 
     async def recv(self) -> av.VideoFrame:

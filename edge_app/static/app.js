@@ -8,7 +8,7 @@ const params = new URLSearchParams(location.search);
 const probe = params.has("probe") ? await import("./probe.js") : null;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  numExits: null, exitCounts: [], lastDetail: null, reused: 0, videoBack: false, overlayDrawn: 0, sourceState: null, connectTimer: null, browserRttMs: null,
+  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, overlayDrawn: 0, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
   probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
@@ -183,6 +183,7 @@ function onMessage(channel, data) {
   try { msg = JSON.parse(data); } catch { return; }
   if (msg.type === "ping") { channel.send(JSON.stringify({ type: "pong", id: msg.id })); return; }
   if (msg.type === "source") { showSource(msg); return; }
+  if (msg.type === "uplink") { applyUplink(msg); return; }
   if (msg.type !== "result") return;
   if (edge.probe) {
     msg.arrival_ms = probe.wallMs();
@@ -236,6 +237,21 @@ function drawOverlay(m) {
 function clearOverlay() {
   const canvas = $("overlay");
   canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
+}
+
+// The server asks for fewer bits on the way in when this browser's frames queue up (and for more once calm):
+// {"type": "uplink", "max_bitrate_bps", "scale_down", "max_fps"}, applied to the camera's sender.
+async function applyUplink(msg) {
+  edge.uplink = msg;
+  for (const sender of edge.pc ? edge.pc.getSenders() : []) {
+    if (!sender.track || sender.track.kind !== "video") continue;
+    const p = sender.getParameters();
+    if (!p.encodings || !p.encodings.length) p.encodings = [{}];
+    p.encodings[0].maxBitrate = msg.max_bitrate_bps;
+    p.encodings[0].scaleResolutionDownBy = msg.scale_down;
+    p.encodings[0].maxFramerate = msg.max_fps;
+    try { await sender.setParameters(p); edge.uplinkApplied += 1; } catch (err) { console.warn("setParameters", err); }
+  }
 }
 
 // A watched camera's state, as the server reports it: {"type": "source", "camera", "state", "reason"}.

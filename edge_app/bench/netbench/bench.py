@@ -35,6 +35,7 @@ from edge_app.bench.netbench.report import (
     misses_text,
     plot_run,
     read_frames_csv,
+    read_throughput,
     recovery_table,
     summarise,
     table,
@@ -50,12 +51,14 @@ VIDEO_IMAGES = 600  # demo test images in the camera's video (3 frames each)
 
 POLICIES: dict[str, dict[str, Any]] = {
     "dynamic-index": {"kind": "dynamic-index"},
+    "dynamic-index, results only": {"kind": "dynamic-index", "video_back": False},
     "fixed-3 (no truncation)": {"kind": "fixed", "fixed_exit": 3, "truncate": False},
     "fixed-1": {"kind": "fixed", "fixed_exit": 1},
     "budget-greedy": {"kind": "budget-greedy"},
     "confidence-0.9": {"kind": "confidence", "threshold": 0.9},
 }
-SLUG = {"dynamic-index": "dynamic-index", "fixed-3 (no truncation)": "fixed-3", "fixed-1": "fixed-1",
+SLUG = {"dynamic-index": "dynamic-index", "dynamic-index, results only": "dynamic-index-results",
+        "fixed-3 (no truncation)": "fixed-3", "fixed-1": "fixed-1",
         "budget-greedy": "budget-greedy", "confidence-0.9": "confidence-0.9"}
 
 
@@ -198,7 +201,9 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
     out.mkdir(parents=True, exist_ok=True)
     addr = netns.APP_ADDR if ns is not None else "127.0.0.1"
     cfg = out / "config.toml"
-    cfg.write_text(config_text(POLICIES[policy], opts, addr))
+    settings = dict(POLICIES[policy])
+    video_back = settings.pop("video_back", True)  # the page's choice: annotated video back, or results only
+    cfg.write_text(config_text(settings, opts, addr))
     py = sys.executable
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -227,7 +232,8 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
         try:
             until = t0 + trace.duration_s + 1.5  # the last frames' results are still on their way
             drv = subprocess.run([*inside("cli"), py, "-m", "edge_app.bench.netbench.driver",
-                                  "--url", f"http://{addr}:{PORT}/?probe=1", "--camera", str(camera),
+                                  "--url", f"http://{addr}:{PORT}/?probe=1{'&video=1' if video_back else ''}",
+                                  "--camera", str(camera),
                                   "--until", repr(until), "--out", str(out / "page.json"),
                                   "--screenshot", str(out / "page.png")],
                                  stdout=drv_log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
@@ -250,7 +256,7 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
     summary["bridge"] = applied.summary
     summary["session_start_ms"] = session_start_ms(page)
     if frames:
-        plot_run(frames, trace, policy, opts.total_budget_ms, out / "timeseries.png")
+        plot_run(frames, trace, policy, opts.total_budget_ms, out / "timeseries.png", read_throughput(bridge_log))
         (out / "misses.txt").write_text(misses_text(frames, trace, opts.total_budget_ms))
     return summary
 
@@ -267,7 +273,9 @@ def retabulate(out: Path, traces: list[str], policies: list[str], opts: BenchOpt
             per[pol] = {**summarise(frames, old[pol]["unanswered"], trace, opts.total_budget_ms),
                         "bridge": old[pol].get("bridge"), "session_start_ms": old[pol].get("session_start_ms")}
             if frames:
-                plot_run(frames, trace, pol, opts.total_budget_ms, out / stem / SLUG[pol] / "timeseries.png")
+                run_dir = out / stem / SLUG[pol]
+                plot_run(frames, trace, pol, opts.total_budget_ms, run_dir / "timeseries.png",
+                         read_throughput(run_dir / "bridge.jsonl"))
                 (out / stem / SLUG[pol] / "misses.txt").write_text(misses_text(frames, trace, opts.total_budget_ms))
         _write_summary(out, stem, per, opts)
 

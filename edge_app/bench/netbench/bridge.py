@@ -65,6 +65,7 @@ class Direction:
         self.seq = 0
         self.last_due = 0.0
         self.forwarded = 0
+        self.bytes_forwarded = 0
         self.dropped = 0
         self.send_errors = 0
         self.late_ms: list[float] = []
@@ -99,6 +100,7 @@ class Direction:
             try:
                 self.out.send(frame)
                 self.forwarded += 1
+                self.bytes_forwarded += len(frame)
             except OSError:  # e.g. ENOBUFS when tbf's queue is full: the frame is lost, as on a real link
                 self.send_errors += 1
             if len(self.late_ms) < 200_000:
@@ -159,8 +161,18 @@ class Bridge:
         for t in threads:
             t.start()
         try:
-            while not self.stop.wait(0.5):
-                pass
+            sent = [d.bytes_forwarded for d in self.dirs]
+            t_last = time.monotonic()
+            while not self.stop.wait(1.0):  # the throughput each way, once a second (the benchmark plots it)
+                now = time.monotonic()
+                rec: dict[str, object] = {"event": "throughput", "wall": time.time(),
+                                          "t_s": round(time.time() - self.start_at, 3)}
+                for i, d in enumerate(self.dirs):
+                    rec[d.name] = round((d.bytes_forwarded - sent[i]) * 8 / 1e3 / (now - t_last), 1)  # kbit/s
+                    sent[i] = d.bytes_forwarded
+                t_last = now
+                self.log.write(json.dumps(rec) + "\n")
+                self.log.flush()
         finally:
             self.stop.set()
             for t in threads:

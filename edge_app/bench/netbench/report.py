@@ -4,6 +4,7 @@ the time-series plot, and the per-frame CSV (``edge_app.bench.netbench.bench`` r
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -144,14 +145,30 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
     }
 
 
-def plot_run(frames: list[FrameRecord], trace: Trace, policy: str, total_ms: float, path: Path) -> None:
+def read_throughput(bridge_log: Path | None) -> list[dict[str, float]]:
+    """The bridge's once-a-second throughput records: {"t_s", "down", "up"} in kbit/s (down: app -> browser)."""
+    if bridge_log is None or not bridge_log.is_file():
+        return []
+    out = []
+    for line in bridge_log.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "throughput":
+            rates = [v for k, v in rec.items() if "->" in k]
+            if len(rates) == 2:
+                out.append({"t_s": float(rec["t_s"]), "down": float(rates[0]), "up": float(rates[1])})
+    return out
+
+
+def plot_run(frames: list[FrameRecord], trace: Trace, policy: str, total_ms: float, path: Path,
+             throughput: list[dict[str, float]] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     t = np.array([f.t_s for f in frames])
-    fig, ax = plt.subplots(4, 1, figsize=(11, 8.5), sharex=True, gridspec_kw={"height_ratios": [2, 2, 1.2, 2]})
+    fig, axes = plt.subplots(5, 1, figsize=(11, 10.5), sharex=True, gridspec_kw={"height_ratios": [2, 2, 1.2, 2, 1.6]})
+    ax = list(axes)
     ax[0].step([s.t_s for s in trace.steps] + [trace.duration_s], [s.rtt_ms for s in trace.steps]
                + [trace.steps[-1].rtt_ms], where="post", color="#9ca3af", lw=3, label="trace RTT")
     ax[0].plot(t, [f.applied_rtt_ms for f in frames], color="#111827", lw=1, label="applied RTT (bridge log)")
@@ -173,8 +190,18 @@ def plot_run(frames: list[FrameRecord], trace: Trace, policy: str, total_ms: flo
     ax[3].scatter([f.t_s for f in miss], [f.to_result_ms for f in miss], s=10, color="#dc2626", zorder=3,
                   label=f"misses ({len(miss)})")
     ax[3].set_ylabel("ms")
-    ax[3].set_xlabel("seconds into the trace")
     ax[3].legend(loc="upper right", fontsize=8)
+    caps = [(s.t_s, s.rate_kbit) for s in trace.steps]
+    ax[4].step([c[0] for c in caps] + [trace.duration_s], [c[1] or np.nan for c in caps] + [caps[-1][1] or np.nan],
+               where="post", color="#9ca3af", lw=3, label="rate cap (per direction)")
+    if throughput:
+        ax[4].plot([r["t_s"] for r in throughput], [r["down"] for r in throughput], color="#0891b2", lw=1.2,
+                   label="sent to the browser (bridge)")
+        ax[4].plot([r["t_s"] for r in throughput], [r["up"] for r in throughput], color="#a16207", lw=1,
+                   label="received from the browser (bridge)")
+    ax[4].set_ylabel("kbit/s")
+    ax[4].set_xlabel("seconds into the trace")
+    ax[4].legend(loc="upper right", fontsize=8)
     for a in ax:
         for w in trace.worsenings():
             a.axvline(w, color="#fca5a5", lw=0.8)
