@@ -32,6 +32,7 @@ from streams.aiortc_adapter import (
     floor_remb,
     lower_video_bitrate_floor,
     peer_receives,
+    skip_long_gaps,
     tap_rtcp,
 )
 from streams.frames import LatestSlot, SourceFrame
@@ -194,6 +195,7 @@ class Hub:
     def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
         floor_remb(transceiver.receiver, int(self.config.budget.min_receive_kbps * 1000))
         tap_rtcp(transceiver.receiver, session.heard)  # the browser's sender reports: the peer is alive
+        skip_long_gaps(transceiver.receiver)  # a lost packet must not stall every later frame
         slot: LatestSlot[SourceFrame] = LatestSlot()
         source = f"browser-{session.id}"
         session.reader = TrackReader(transceiver.receiver.track, slot, source, on_frame=session.heard)

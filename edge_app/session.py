@@ -197,7 +197,8 @@ class PeerSession:
         if self.outbound is not None and af.i420 is not None:
             self.outbound.offer(af.video_frame())
         if self.own_pipeline is not None and self.watched is self.own_pipeline:
-            request = self.uplink.update(time.monotonic(), af.result.budget.late_ms)
+            request = self.uplink.update(time.monotonic(), af.result.budget.late_ms, af.result.frame_size[1],
+                                         self.receive_estimate_bps)
             if request is not None:  # the page applies it with RTCRtpSender.setParameters
                 log.info("session %s: asking the browser to send at most %d kbit/s, 1/%g resolution, %g fps",
                          self.id, request.max_bitrate_bps // 1000, request.scale_down, request.max_fps)

@@ -34,6 +34,7 @@ from typing import Any
 
 from aiortc import sdp
 from aiortc.codecs import h264, vpx
+from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, RtcpRrPacket, RtcpSrPacket, unpack_remb_fci
 
 from streams.errors import StreamsError
@@ -56,6 +57,11 @@ def check_internals(sender: Any, receiver: Any) -> None:
     """Raise ``AiortcInternalsError`` listing every private name that is missing on a video sender/receiver."""
     missing = [f"RTCRtpSender.{name}" for name in (SENDER_RTT, SENDER_LSR, SENDER_LSR_TIME, "_ssrc",
                                                     "_handle_rtcp_packet") if not hasattr(sender, name)]
+    if not hasattr(receiver, RECEIVER_JITTER_BUFFER):
+        missing.append(f"RTCRtpReceiver.{RECEIVER_JITTER_BUFFER}")
+    else:
+        missing += [f"JitterBuffer.{name}" for name in ("_packets", "_origin", "_capacity", "_remove_frame")
+                    if not hasattr(getattr(receiver, RECEIVER_JITTER_BUFFER), name)]
     dtls = getattr(receiver, "transport", None)
     missing += [f"RTCDtlsTransport.{name}" for name in (DTLS_ROLE, DTLS_SET_ROLE) if not hasattr(dtls, name)]
     est = getattr(receiver, RECEIVER_ESTIMATOR, None)
@@ -217,3 +223,69 @@ def receiver_bitrate_estimate_bps(receiver: Any) -> int | None:
     if rc is None or not getattr(rc, "current_bitrate_initialized", False):
         return None
     return int(rc.current_bitrate)
+
+
+RECEIVER_JITTER_BUFFER = "_RTCRtpReceiver__jitter_buffer"
+
+
+class GapSkippingJitterBuffer(JitterBuffer):
+    """aiortc's jitter buffer, but a gap that stays unfilled for ``max_gap_s`` is skipped (with a PLI for a new
+    keyframe) instead of stalling every later frame until 512 packets have piled up.
+
+    On a narrow path (a rate cap drops packets, and their retransmissions too) aiortc's buffer waits for the
+    missing packet until its capacity is reached: at 150-250 kbit/s that is 20 s or more without a single frame.
+    Reads aiortc's private ``_packets``, ``_origin`` and ``_capacity`` (checked by ``check_internals``).
+    """
+
+    def __init__(self, capacity: int = 512, max_gap_s: float = 0.3) -> None:
+        super().__init__(capacity, is_video=True)
+        self.max_gap_s = max_gap_s
+        self.skipped = 0  # gaps skipped
+        self._gap_since: float | None = None
+
+    def add(self, packet: Any) -> tuple[bool, Any]:
+        pli, frame = super().add(packet)
+        origin = self._origin
+        if frame is not None or origin is None or self._packets[origin % self._capacity] is not None:
+            self._gap_since = None
+            return pli, frame
+        now = time.monotonic()
+        if self._gap_since is None:
+            self._gap_since = now
+        elif now - self._gap_since >= self.max_gap_s and self._skip_gap():
+            self._gap_since = None
+            self.skipped += 1
+            return True, self._remove_frame(packet.sequence_number)
+        return pli, frame
+
+    def _skip_gap(self) -> bool:
+        """Move the origin past the missing packets and the rest of the frame they broke; False if nothing follows."""
+        cap, origin = self._capacity, self._origin
+        if origin is None:
+            return False
+        for missing in range(cap):
+            if self._packets[(origin + missing) % cap] is not None:
+                break
+        else:
+            return False
+        self.remove(missing)
+        origin = (origin + missing) % 65536
+        broken = self._packets[origin % cap]
+        assert broken is not None
+        timestamp = broken.timestamp  # that frame lost its first packets: drop what is left of it too
+        rest = 0
+        while rest < cap:
+            p = self._packets[(origin + rest) % cap]
+            if p is None or p.timestamp != timestamp:
+                break
+            rest += 1
+        self.remove(rest)
+        return True
+
+
+def skip_long_gaps(receiver: Any, max_gap_s: float = 0.3) -> bool:
+    """Give a video receiver the ``GapSkippingJitterBuffer``; False when aiortc's buffer is not where it was."""
+    if not hasattr(receiver, RECEIVER_JITTER_BUFFER):
+        return False
+    setattr(receiver, RECEIVER_JITTER_BUFFER, GapSkippingJitterBuffer(512, max_gap_s))
+    return True

@@ -6,12 +6,13 @@
   while it is clean, and frame rate with the bitrate (``max_fps``), so that a narrow path gets fewer, not worse,
   frames rather than a queue.
 * ``UplinkController``: what the browser should send us, from how late its frames arrive (``late_ms``: transit above
-  the path's floor, read from each frame's RTP timestamp): halve the bitrate cap (and the resolution, down to the
-  model's needs) when frames queue on the way in, double it back after a calm spell.
+  the path's floor, read from each frame's RTP timestamp): cut the bitrate cap (and the resolution, not below
+  what the model needs) while frames queue on the way in, raise it again after a calm spell.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -77,36 +78,64 @@ class UplinkRequest:
 
 
 class UplinkController:
-    LATE_MS = 60.0  # frames this late (above the path's floor) for ``SUSTAIN_S`` mean a queue on the way in
-    CALM_MS = 20.0
-    SUSTAIN_S = 1.0
-    CALM_S = 5.0
-    STEPS = (UplinkRequest(1_500_000, 1.0, 30.0), UplinkRequest(600_000, 1.0, 30.0),
-             UplinkRequest(300_000, 2.0, 30.0), UplinkRequest(150_000, 2.0, 15.0), UplinkRequest(80_000, 4.0, 15.0))
+    """AIMD on what the browser may send: while its frames arrive late (a queue on the way in), cut the cap to
+    60 % of what it is (or of the measured incoming rate, when lower) every ``CUT_EVERY_S``; after ``CALM_S`` of
+    frames on time, raise it by a quarter every ``CALM_S``, and lift it altogether above ``MAX_BPS``.  Under
+    400 kbit/s ask for half the resolution (never under ``min_height`` pixels: the model still needs its input
+    size), under 150 kbit/s for 15 fps."""
 
-    def __init__(self) -> None:
-        self.level = 0  # index into STEPS; 0: no limit asked for
+    LATE_MS = 60.0
+    CALM_MS = 20.0
+    CUT_EVERY_S = 0.5
+    CALM_S = 3.0
+    START_BPS = 800_000.0
+    MAX_BPS = 2_000_000.0
+    MIN_BPS = 120_000.0  # lower, and a keyframe takes seconds to cross the link: lateness, not less of it
+    WARMUP_S = 5.0  # the first seconds of a session are late anyway (connecting, the encoder ramping up)
+
+    def __init__(self, min_height: int = 240) -> None:
+        self.min_height = min_height
+        self.cap_bps: float | None = None  # None: no limit asked for
+        self._first_s: float | None = None
+        self._full_height = 0  # the tallest frame seen: the camera's own height, before any scaling
         self._late_since: float | None = None
         self._calm_since: float | None = None
         self._changed_s = -1e9
 
-    def update(self, now_s: float, late_ms: float) -> UplinkRequest | None:
-        """A frame arrived ``late_ms`` late: the new request when the level changes, else None."""
+    @property
+    def level(self) -> int:
+        """0 while no limit is asked for; else how many halvings below the start the cap is (for /status)."""
+        return 0 if self.cap_bps is None else 1 + max(0, round(math.log2(self.START_BPS / self.cap_bps)))
+
+    def update(self, now_s: float, late_ms: float, frame_height: int = 480,
+               incoming_bps: float | None = None) -> UplinkRequest | None:
+        """A frame arrived ``late_ms`` late: the new request when the cap changes, else None."""
+        self._first_s = now_s if self._first_s is None else self._first_s
+        self._full_height = max(self._full_height, frame_height)
+        if now_s - self._first_s < self.WARMUP_S:
+            return None
         if late_ms >= self.LATE_MS:
             self._calm_since = None
             self._late_since = now_s if self._late_since is None else self._late_since
-            if now_s - self._late_since >= self.SUSTAIN_S and now_s - self._changed_s >= self.SUSTAIN_S \
-                    and self.level < len(self.STEPS) - 1:
-                return self._move(now_s, +1)
+            if now_s - self._late_since >= 0.2 and now_s - self._changed_s >= self.CUT_EVERY_S:
+                base = self.cap_bps or self.START_BPS
+                if incoming_bps:  # what gets through, when the receiver has measured it (never under the floor)
+                    base = min(base, max(incoming_bps, self.MIN_BPS / 0.6))
+                cap = max(self.MIN_BPS, 0.6 * base)
+                return None if cap == self.cap_bps else self._set(now_s, cap)
         elif late_ms <= self.CALM_MS:
             self._late_since = None
             self._calm_since = now_s if self._calm_since is None else self._calm_since
-            if now_s - self._calm_since >= self.CALM_S and now_s - self._changed_s >= self.CALM_S and self.level > 0:
-                return self._move(now_s, -1)
+            if self.cap_bps is not None and now_s - self._calm_since >= self.CALM_S \
+                    and now_s - self._changed_s >= self.CALM_S:
+                raised = self.cap_bps * 1.25
+                return self._set(now_s, None if raised > self.MAX_BPS else raised)
         return None
 
-    def _move(self, now_s: float, step: int) -> UplinkRequest:
-        self.level += step
+    def _set(self, now_s: float, cap: float | None) -> UplinkRequest:
+        self.cap_bps = cap
         self._changed_s = now_s
-        self._late_since = self._calm_since = None
-        return self.STEPS[self.level]
+        if cap is None:
+            return UplinkRequest(int(self.MAX_BPS * 4), 1.0, 30.0)
+        scale = 2.0 if cap < 400_000 and self._full_height / 2 >= self.min_height else 1.0
+        return UplinkRequest(int(cap), scale, 15.0 if cap < 150_000 else 30.0)

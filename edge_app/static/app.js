@@ -250,6 +250,7 @@ async function applyUplink(msg) {
     p.encodings[0].maxBitrate = msg.max_bitrate_bps;
     p.encodings[0].scaleResolutionDownBy = msg.scale_down;
     p.encodings[0].maxFramerate = msg.max_fps;
+    p.degradationPreference = "maintain-resolution";  // the server chose the resolution; fewer frames, not smaller
     try { await sender.setParameters(p); edge.uplinkApplied += 1; } catch (err) { console.warn("setParameters", err); }
   }
 }

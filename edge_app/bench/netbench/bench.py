@@ -159,7 +159,7 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
             answer=r["raw"]["class"], smoothed=r["smoothed"]["class"], to_result_ms=to_result,
             to_display_ms=None if shown is None else shown - t_ms, to_server_ms=r["arrived_unix_ms"] - t_ms,
             server_ms=r["latency_ms"], hit=to_result <= total_ms, late_ms=r["budget"]["late_ms"],
-            frame_height=int(r.get("frame_size", [0, 0])[1])))
+            frame_height=int(r.get("frame_size", [0, 0])[1]), bitrate_bps=float(r["network"].get("bitrate_bps", 0))))
     out.sort(key=lambda f: f.t_s)
     return out, len(in_window) - len(answered)
 

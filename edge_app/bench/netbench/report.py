@@ -38,6 +38,7 @@ class FrameRecord:
     hit: bool  # to_result_ms <= total_budget_ms
     late_ms: float = 0.0  # budget.late_ms (0 when read from a frames.csv written before it existed)
     frame_height: int = 0  # of the frame as decoded at the server (0: a frames.csv from before it was recorded)
+    bitrate_bps: float = 0.0  # the server's send bitrate when it ran the frame (encoder target, or its prior)
 
     @property
     def correct(self) -> bool:
