@@ -157,7 +157,7 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
         return 2
     opts = BenchOptions(total_budget_ms=args.total_budget_ms, safety_margin_ms=args.safety_margin_ms,
                         segment_ms=args.segment_ms, lead_s=args.lead, video_images=args.video_images)
-    traces = args.trace or ["step", "bursty"]
+    traces = args.trace or ["step", "bursty", "ratecap", "cellular"]
     if args.retabulate:
         from edge_app.bench.netbench.bench import retabulate
 
@@ -228,8 +228,10 @@ def add_tool_commands(sub: Any) -> None:
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "
                                               "(root: network namespaces)")
     nb.add_argument("--trace", action="append", default=None,
-                    help="trace CSV or shipped name (steady, step, bursty, bursty-lossy, drift, short-step), "
-                         "or loopback (this machine, no namespaces or bridge); repeatable (default: step and bursty)")
+                    help="trace CSV or shipped name (steady, step, bursty, bursty-lossy, drift, ratecap, cellular, "
+                         "short-step, short-ratecap), "
+                         "or loopback (this machine, no namespaces or bridge); repeatable (default: step, bursty, "
+                         "ratecap, cellular)")
     nb.add_argument("--policy", action="append", default=None, help="policy to run, repeatable (default: all five)")
     nb.add_argument("--total-budget-ms", type=float, default=300.0, help="the deadline, stamping to result")
     nb.add_argument("--safety-margin-ms", type=float, default=40.0,
