@@ -1,7 +1,8 @@
 """Send less when the path gets worse: pure rate decisions, no asyncio, tested synchronously.
 
 * ``VideoRateController``: the target bitrate of annotated video we send back, from what the viewer's receiver
-  reports say about the path (RTCP: loss, and RTT rising above its floor) on top of its REMB: cut by 30 % at once
+  reports say about the path (RTCP: loss, and RTT rising above its floor) under 70 % of its REMB (the rest is the
+  results' and pings' room): cut by 30 % at once
   when the path shows congestion (at most every 0.5 s, so one burst of reports is one cut), raise by 8 % a second
   while it is clean, and frame rate with the bitrate (``max_fps``), so that a narrow path gets fewer, not worse,
   frames rather than a queue.
@@ -24,10 +25,13 @@ class VideoRate:
 
 class VideoRateController:
     CUT = 0.7
+    DEEP_CUT = 0.5  # a long queue already (RTT 150 ms over its floor) or heavy loss: halve at once
+    DEEP_RTT_RISE_MS = 150.0
     RAISE_PER_S = 1.08
     CUT_EVERY_S = 0.5
     LOSS_CONGESTED = 0.02  # fraction lost in a receiver report
     RTT_RISE_MS = 30.0  # RTT this far above its floor (and 50 % above it) reads as a queue building up
+    REMB_SHARE = 0.7  # video takes at most this share of what the peer says it can receive: results come first
 
     def __init__(self, start_bps: int = 500_000, min_bps: int = 60_000, max_bps: int = 1_500_000) -> None:
         self.min_bps, self.max_bps = min_bps, max_bps
@@ -50,13 +54,15 @@ class VideoRateController:
         self._last_update_s = now_s
         if self.congested(loss_fraction, rtt_ms, rtt_floor_ms):
             if now_s - self._last_cut_s >= self.CUT_EVERY_S:
-                self.target_bps *= self.CUT
+                deep = loss_fraction >= 0.1 or (rtt_ms is not None and rtt_floor_ms is not None
+                                                and rtt_ms > rtt_floor_ms + self.DEEP_RTT_RISE_MS)
+                self.target_bps *= self.DEEP_CUT if deep else self.CUT
                 self._last_cut_s = now_s
                 self.cuts += 1
         elif now_s - self._last_cut_s >= 2.0:  # a clean spell after the last cut: probe upwards slowly
             self.target_bps *= self.RAISE_PER_S ** dt
-        if remb_bps is not None:  # the peer's own estimate is a ceiling too
-            self.target_bps = min(self.target_bps, float(remb_bps))
+        if remb_bps is not None:  # the peer's own estimate, less room for the results and pings, is a ceiling too
+            self.target_bps = min(self.target_bps, self.REMB_SHARE * float(remb_bps))
         self.target_bps = min(float(self.max_bps), max(float(self.min_bps), self.target_bps))
         return self.rate
 

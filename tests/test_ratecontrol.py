@@ -15,11 +15,13 @@ def test_video_rate_cuts_at_once_on_loss_or_a_queue_and_rises_slowly() -> None:
     for t in range(2, 12):
         rate = c.update(1.6 + t, 0.0, 31.0, 30.0)
     assert 245_000 < rate.target_bps < 245_000 * 1.08 ** 11 * 1.01, "raised slowly (8 % a second) once clean"
-    assert c.update(20.0, 0.0, 31.0, 30.0, remb_bps=200_000).target_bps == 200_000, "the peer's REMB is a ceiling"
+    assert c.update(20.0, 0.0, 31.0, 30.0, remb_bps=200_000).target_bps == 140_000, "70 % of the peer's REMB"
     for t in range(40):
         rate = c.update(21.0 + t, 0.3, 300.0, 30.0)
     assert rate.target_bps == 60_000 and rate.max_fps == 10.0, "never under the floor; fewer frames when narrow"
     assert VideoRateController(start_bps=200_000).rate.max_fps == 15.0
+    assert VideoRateController(start_bps=800_000).update(0.0, 0.0, 400.0, 30.0).target_bps == 400_000, \
+        "a long queue already: halved at once"
 
 
 def test_uplink_cap_is_cut_while_frames_queue_and_raised_when_calm() -> None:
