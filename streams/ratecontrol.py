@@ -93,6 +93,7 @@ class UplinkController:
     LATE_MS = 60.0
     CALM_MS = 20.0
     CUT_EVERY_S = 0.5
+    SUSTAIN_S = 0.8  # late this long before the first cut: a step in delay is read by the RTT estimate within ~1 s
     CALM_S = 3.0
     START_BPS = 800_000.0
     MAX_BPS = 2_000_000.0
@@ -123,7 +124,7 @@ class UplinkController:
         if late_ms >= self.LATE_MS:
             self._calm_since = None
             self._late_since = now_s if self._late_since is None else self._late_since
-            if now_s - self._late_since >= 0.2 and now_s - self._changed_s >= self.CUT_EVERY_S:
+            if now_s - self._late_since >= self.SUSTAIN_S and now_s - self._changed_s >= self.CUT_EVERY_S:
                 base = self.cap_bps or self.START_BPS
                 if incoming_bps:  # what gets through, when the receiver has measured it (never under the floor)
                     base = min(base, max(incoming_bps, self.MIN_BPS / 0.6))
