@@ -85,7 +85,7 @@ class UplinkRequest:
 
 class UplinkController:
     """AIMD on what the browser may send: while its frames arrive late (a queue on the way in), cut the cap to
-    60 % of what it is (or of the measured incoming rate, when lower) every ``CUT_EVERY_S``; after ``CALM_S`` of
+    60 % of what it is every ``CUT_EVERY_S``; after ``CALM_S`` of
     frames on time, raise it by a quarter every ``CALM_S``, and lift it altogether above ``MAX_BPS``.  Under
     400 kbit/s ask for half the resolution (never under ``min_height`` pixels: the model still needs its input
     size), under 150 kbit/s for 15 fps."""
@@ -93,6 +93,7 @@ class UplinkController:
     LATE_MS = 60.0
     CALM_MS = 20.0
     CUT_EVERY_S = 0.5
+    GROWING_MS = 30.0
     SUSTAIN_S = 0.8  # late this long before the first cut: a step in delay is read by the RTT estimate within ~1 s
     CALM_S = 3.0
     START_BPS = 800_000.0
@@ -105,6 +106,8 @@ class UplinkController:
         self.cap_bps: float | None = None  # None: no limit asked for
         self._first_s: float | None = None
         self._full_height = 0  # the tallest frame seen: the camera's own height, before any scaling
+        self._scale = 1.0
+        self._late_start_ms = 0.0
         self._late_since: float | None = None
         self._calm_since: float | None = None
         self._changed_s = -1e9
@@ -123,10 +126,14 @@ class UplinkController:
             return None
         if late_ms >= self.LATE_MS:
             self._calm_since = None
-            self._late_since = now_s if self._late_since is None else self._late_since
+            if self._late_since is None:
+                self._late_since, self._late_start_ms = now_s, late_ms
             if now_s - self._late_since >= self.SUSTAIN_S and now_s - self._changed_s >= self.CUT_EVERY_S:
                 base = self.cap_bps or self.START_BPS
-                if incoming_bps:  # what gets through, when the receiver has measured it (never under the floor)
+                # lateness that keeps growing is a queue filling faster than the path drains it: cut to what gets
+                # through at once. A step in delay is a constant offset instead, and aiortc's receive estimate reads
+                # it as congestion: then cut gently, from the cap alone.
+                if incoming_bps and late_ms - self._late_start_ms >= self.GROWING_MS:
                     base = min(base, max(incoming_bps, self.MIN_BPS / 0.6))
                 cap = max(self.MIN_BPS, 0.6 * base)
                 return None if cap == self.cap_bps else self._set(now_s, cap)
@@ -144,5 +151,7 @@ class UplinkController:
         self._changed_s = now_s
         if cap is None:
             return UplinkRequest(int(self.MAX_BPS * 4), 1.0, 30.0)
-        scale = 2.0 if cap < 400_000 and self._full_height / 2 >= self.min_height else 1.0
+        # half resolution under 400 kbit/s, full again only from 600 (a keyframe at full size is a burst of its own)
+        halve = cap < 400_000 or (self._scale > 1.0 and cap < 600_000)
+        scale = self._scale = 2.0 if halve and self._full_height / 2 >= self.min_height else 1.0
         return UplinkRequest(int(cap), scale, 15.0 if cap < 150_000 else 30.0)

@@ -29,16 +29,22 @@ def test_uplink_cap_is_cut_while_frames_queue_and_raised_when_calm() -> None:
     assert u.update(0.0, 500.0, frame_height=480) is None, "the first seconds (connecting) do not count"
     assert u.update(5.0, 80.0) is None, "one late frame is not a queue"
     assert u.update(5.3, 90.0) is None, "nor a late spell shorter than a delay step takes to show in the RTT"
-    first = u.update(5.9, 90.0, frame_height=480, incoming_bps=400_000)
-    assert first is not None and first.max_bitrate_bps == 240_000, "60 % of what gets through"
-    assert first.scale_down == 2.0 and first.max_fps == 30.0, "under 400 kbit/s: half the resolution"
-    assert u.update(6.1, 95.0) is None, "at most one cut per 0.5 s"
-    second = u.update(6.5, 95.0, frame_height=240)
-    assert second is not None and second.max_bitrate_bps == 144_000 and second.scale_down == 2.0
-    third = u.update(7.1, 95.0, frame_height=240)
+    first = u.update(5.9, 90.0, frame_height=480)
+    assert first is not None and first.max_bitrate_bps == 480_000 and first.scale_down == 1.0, "60 % of the start"
+    mid = u.update(6.5, 90.0, frame_height=480)
+    assert mid is not None and mid.max_bitrate_bps == 288_000
+    assert mid.scale_down == 2.0 and mid.max_fps == 30.0, "under 400 kbit/s: half the resolution"
+    assert u.update(6.7, 95.0) is None, "at most one cut per 0.5 s"
+    second = u.update(7.1, 95.0, frame_height=240)
+    assert second is not None and second.max_bitrate_bps == 172_800 and second.scale_down == 2.0
+    third = u.update(7.7, 95.0, frame_height=240)
     assert third is not None and third.max_bitrate_bps == 120_000 and third.max_fps == 15.0, "never under the floor"
+    q = UplinkController()
+    assert q.update(0.0, 0.0) is None and q.update(5.0, 70.0) is None
+    deep = q.update(6.0, 250.0, incoming_bps=300_000)
+    assert deep is not None and deep.max_bitrate_bps == 180_000, "a growing queue: 60 % of what gets through, at once"
     assert UplinkController(min_height=480).update(0.0, 0) is None
-    assert u.update(7.6, 10.0) is None and u.update(10.1, 10.0) is None, "calm for less than 3 s: no change"
-    back = u.update(10.7, 10.0)
+    assert u.update(8.2, 10.0) is None and u.update(10.7, 10.0) is None, "calm for less than 3 s: no change"
+    back = u.update(11.3, 10.0)
     assert back is not None and back.max_bitrate_bps == 150_000 and u.level > 0
     assert second.message()["type"] == "uplink"
