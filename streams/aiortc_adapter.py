@@ -124,14 +124,12 @@ def tap_rtcp(endpoint: Any, on_packet: Callable[[], None]) -> None:
 
 @dataclass
 class RtcpTaps:
-    """What a sender's RTCP tells, as it arrives: each report's own RTT sample (ms), its loss fraction (0..1),
-    the peer's REMB (bit/s), any packet at all; ``after`` runs once aiortc has handled the packet (aiortc sets the
-    encoder's target from a REMB then, so a cap of our own is re-applied there)."""
+    """What a sender's RTCP tells beyond the RTT, as it arrives: each report's loss fraction (0..1) and the peer's
+    REMB (bit/s); ``after`` runs once aiortc has handled the packet (aiortc sets the encoder's target from a REMB
+    then, so a cap of our own is re-applied there)."""
 
-    on_rtt_ms: Callable[[float], None] | None = None
     on_loss: Callable[[float], None] | None = None
     on_remb_bps: Callable[[int], None] | None = None
-    on_packet: Callable[[], None] | None = None
     after: Callable[[], None] | None = None
 
 

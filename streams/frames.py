@@ -54,14 +54,18 @@ class LatestSlot(Generic[T]):
         if self._closed:
             return
         if self._item is not None:
-            self.dropped += 1
-            if self.on_drop is not None:
-                self.on_drop()
+            self.drop()
         self._item = item
         self.put_count += 1
         if self.on_put is not None:
             self.on_put()
         self._event.set()
+
+    def drop(self) -> None:
+        """Count an item dropped (replaced before anyone took it, or refused by its producer)."""
+        self.dropped += 1
+        if self.on_drop is not None:
+            self.on_drop()
 
     def put_threadsafe(self, item: T) -> None:
         if not self._loop.is_closed():

@@ -90,9 +90,7 @@ class OutboundVideoTrack(MediaStreamTrack):
     def offer(self, frame: av.VideoFrame) -> None:
         now = time.monotonic()
         if now - self._last_sent_s < 0.9 / self.max_fps:
-            self._slot.dropped += 1  # over the frame rate the path allows: dropped here, counted
-            if self._slot.on_drop is not None:
-                self._slot.on_drop()
+            self._slot.drop()  # over the frame rate the path allows: dropped here, counted
             return
         self._last_sent_s = now
         self._slot.put(frame)
