@@ -37,7 +37,7 @@ async def test_browser_camera_round_trip(app_config: Callable[..., Any], serve: 
         await page.goto(f"{base}/?probe=1&video=1")  # annotated video back: its display latency is measured too
         await page.click("#connect")
         await page.wait_for_function(
-            "() => window.edge.error || (window.edge.results >= 300"
+            "() => window.edge.error || (window.edge.results >= 300 && window.edge.probeLatencies().results >= 300"
             " && window.edge.lastResult.rtt_source.split('+').includes('rtcp')"
             " && window.edge.framesDecoded > 60 && window.edge.browserRttMs !== null)", timeout=60_000)
         edge = await page.evaluate("() => ({error: edge.error, state: edge.state, recent: edge.recent, "
