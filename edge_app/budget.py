@@ -31,6 +31,7 @@ class Budget:
     waited_ms: float
     compute_ms: float  # may be negative: the deadline is already lost
     late_ms: float  # the uplink's; network_ms includes it and the return leg's assumed share
+    arrival_delay_ms: float = 0.0  # the frame's whole transit above the path's floor (late_ms less what RTT counts)
 
 
 def send_time_ms(frame_bytes: float, bitrate_bps: float) -> float:

@@ -10,7 +10,7 @@ smooths.  ``Decider.result`` builds the frozen result by keyword.  No annotation
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -84,12 +84,14 @@ class Decider:
         x = self.service.backend.preprocess(rgb)
         t2 = time.monotonic()
         est = net.estimate
-        late_ms = 0.0
+        late_ms = arrival_ms = 0.0
         if self._arrival is not None and sf.frame.pts is not None:
-            late_ms = late_uplink_ms(self._arrival.add(sf.frame.pts, sf.arrived_s), est.rtt_ms, est.rtt_low_ms)
+            arrival_ms = self._arrival.add(sf.frame.pts, sf.arrived_s)
+            late_ms = late_uplink_ms(arrival_ms, est.rtt_ms, est.rtt_low_ms)
         after_ms = cfg.safety_margin_ms + (self.render_ms.high_ms if rendering else 0.0)
-        budget = frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps,
-                              (t2 - sf.arrived_s) * 1e3, after_ms, late_ms, cfg.late_return_factor)
+        budget = replace(frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps,
+                                      (t2 - sf.arrived_s) * 1e3, after_ms, late_ms, cfg.late_return_factor),
+                         arrival_delay_ms=arrival_ms)
         return PreparedFrame(sf=sf, rgb=rgb, x=x, stamp=stamp, budget=budget, network=net,
                              convert_ms=(t1 - t0) * 1e3, preprocess_ms=(t2 - t1) * 1e3)
 

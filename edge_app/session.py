@@ -39,6 +39,7 @@ from edge_app.pipeline import AnalysisPipeline
 from edge_app.results import AnalysedFrame, NetworkView
 from streams.aiortc_adapter import (
     RtcpTaps,
+    jitter_buffer_state,
     receiver_bitrate_estimate_bps,
     sender_target_bitrate_bps,
     set_sender_target_bitrate,
@@ -51,9 +52,11 @@ from streams.webrtc import OutboundVideoTrack, TrackReader
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5  # how often the RTCP-derived estimates are read
+POLL_S = 0.25  # how often the RTCP-derived estimates are read (and a ping sent)
 PING_S = 0.25  # data-channel ping interval: RTT samples between receiver reports (about one a second)
-MAX_BUFFERED_BYTES = 256 * 1024  # results beyond this are dropped (and counted), not queued
+# results beyond this much waiting in the data channel are dropped (and counted), not queued: ~1 s of compact results
+# at 30 fps, half a second at 250 kbit/s. A late result is no use, and a long queue keeps every later one late too
+MAX_BUFFERED_BYTES = 16 * 1024
 MAX_MESSAGE_BYTES = 4096  # the client sends only small control messages
 JSON_RESULT_BYTES = 600.0  # what one result costs on the wire (compact, with SCTP), for data-channel-only viewers
 DETAIL_EVERY_S = 1.0  # a full result (every field) this often; the others are compact
@@ -100,6 +103,9 @@ class PeerSession:
         self.uplink = UplinkController()  # what the browser is asked to send, when it sends its camera
         self._last_rtcp_rtt_ms: float | None = None
         self._remb_bps: int | None = None
+        self._logged_video_bps = 1
+        self._received_at, self._received_change_s = 0, time.monotonic()
+        self._stalled_since: float | None = None
         self._detail_sent_s = 0.0
         self.connected_after_s: float | None = None
         self.close_reason: str | None = None
@@ -141,12 +147,21 @@ class PeerSession:
 
     def _on_loss(self, fraction: float) -> None:
         """A receiver report on the video we send: adapt its rate (cut at once on loss or a queue, raise slowly)."""
+        self._adapt_video(fraction, self._last_rtcp_rtt_ms)
+
+    def _adapt_video(self, loss_fraction: float, rtt_ms: float | None, probe_sent_s: float | None = None) -> None:
         if self.video_rate is None:
             return
         floor = snapshot(self.rtt, self.bitrate).rtt_low_ms
-        rate = self.video_rate.update(time.monotonic(), fraction, self._last_rtcp_rtt_ms, floor, self._remb_bps)
+        rate = self.video_rate.update(time.monotonic(), loss_fraction, rtt_ms, floor, self._remb_bps, probe_sent_s)
+        if abs(rate.target_bps - self._logged_video_bps) >= 0.25 * self._logged_video_bps:
+            self._logged_video_bps = rate.target_bps
+            log.info("session %s: annotated video at %d kbit/s, %g fps, 1/%g size (loss %.0f %%, RTT %s ms)",
+                     self.id, rate.target_bps // 1000, rate.max_fps, rate.scale_down, 100 * loss_fraction,
+                     "?" if rtt_ms is None else f"{rtt_ms:.0f}")
         if self.outbound is not None:
             self.outbound.max_fps = rate.max_fps
+            self.outbound.scale_down = rate.scale_down
 
     def _apply_video_rate(self) -> None:
         if self.video_rate is not None and self.video_sender is not None:
@@ -195,9 +210,13 @@ class PeerSession:
 
     def _on_output(self, af: AnalysedFrame) -> None:
         if self.outbound is not None and af.i420 is not None:
-            self.outbound.offer(af.video_frame())
+            frame = af.video_frame()
+            if self.video_rate is not None and self.video_rate.picture_bps is None:
+                self.video_rate.set_picture(frame.width, frame.height)
+            self.outbound.offer(frame)
         if self.own_pipeline is not None and self.watched is self.own_pipeline:
-            request = self.uplink.update(time.monotonic(), af.result.budget.late_ms, af.result.frame_size[1],
+            # the whole transit above the floor: a queue on the way in raises the RTT too, which late_ms discounts
+            request = self.uplink.update(time.monotonic(), af.result.budget.arrival_delay_ms, af.result.frame_size[1],
                                          self.receive_estimate_bps)
             if request is not None:  # the page applies it with RTCRtpSender.setParameters
                 log.info("session %s: asking the browser to send at most %d kbit/s, 1/%g resolution, %g fps",
@@ -240,8 +259,14 @@ class PeerSession:
         kind = msg.get("type") if isinstance(msg, dict) else None
         if kind == "pong" and isinstance(msg.get("id"), int):
             sent = self._pings.pop(msg["id"], None)
+            # the channel is ordered: pings older than this pong will not be answered any more
+            self._pings = {k: v for k, v in self._pings.items() if k > msg["id"]}
             if sent is not None:
-                self._rtt_sample((time.monotonic() - sent) * 1e3, "datachannel")
+                rtt_ms = (time.monotonic() - sent) * 1e3
+                self._rtt_sample(rtt_ms, "datachannel")
+                # the pong crossed the same queues as our video, four times a second: a queue shows here first
+                self._adapt_video(0.0, rtt_ms, sent)
+                self._apply_video_rate()
         elif kind == "ping":
             self._send({"type": "pong", "id": msg.get("id")})
         else:
@@ -287,6 +312,22 @@ class PeerSession:
         """"rtcp", "datachannel", both joined by "+", or "prior" before the first sample."""
         return "+".join(sorted(self.rtt_sources, reverse=True)) or "prior"
 
+    def _watch_incoming(self, now: float) -> None:
+        """One WARNING when the browser's video stops producing frames for 2 s while the session is up (and one
+        INFO when frames come back): a stalled receiver, not a quiet peer, once RTP keeps arriving."""
+        reader = self.reader
+        if reader is None or self.connected_after_s is None:
+            return
+        if reader.received != self._received_at:
+            if self._stalled_since is not None:
+                log.info("session %s: video frames again after %.1f s", self.id, now - self._stalled_since)
+            self._received_at, self._received_change_s, self._stalled_since = reader.received, now, None
+        elif self._stalled_since is None and now - self._received_change_s >= 2.0:
+            self._stalled_since = self._received_change_s
+            buf = jitter_buffer_state(reader.track, self.pc)
+            log.warning("session %s: no video frame from the browser for 2 s (after %d frames; jitter buffer %s)",
+                        self.id, reader.received, buf)
+
     def _rtt_sample(self, rtt_ms: float, source: str) -> None:
         self.rtt.add(time.monotonic(), rtt_ms)
         self.rtt_sources.add(source)
@@ -315,6 +356,7 @@ class PeerSession:
                 self._fps = fps if self._fps == 0 else 0.7 * self._fps + 0.3 * fps
                 self._sent_at_poll = (now, self.outbound.sent)
             self._report_source()
+            self._watch_incoming(now)
             if self.connected_after_s is not None:
                 if self._last_heard is None:
                     self._last_heard = now  # the clock starts once connected
@@ -324,12 +366,18 @@ class PeerSession:
                     self.timed_out = True
                     self._close_soon("peer-gone")
                     return
+            if self._pings and self.video_rate is not None:
+                # a ping still unanswered is a lower bound on the RTT, and it comes before its pong: a queue that
+                # builds up behind our video shows here within a poll
+                sent = min(self._pings.values())
+                self._adapt_video(0.0, (now - sent) * 1e3, sent)
+                self._apply_video_rate()
             if now - last_ping >= PING_S and self.channel is not None and self.channel.readyState == "open":
                 last_ping = now
                 self._ping_id += 1
                 self._pings = {k: v for k, v in self._pings.items() if now - v < 10}  # lost pings are forgotten
                 self._pings[self._ping_id] = now
-                self._send({"type": "ping", "id": self._ping_id})
+                self._send({"type": "ping", "id": self._ping_id, "t": round(time.time() * 1e3, 1)})  # our clock
 
     # --- status and shutdown -------------------------------------------------------------------------------
 
@@ -353,6 +401,7 @@ class PeerSession:
             "video_frames_sent": self.outbound.sent if self.outbound else 0,
             "video_frames_dropped": self.outbound.dropped if self.outbound else 0,
             "video_target_bps": self.video_rate.rate.target_bps if self.video_rate else None,
+            "video_scale_down": self.video_rate.rate.scale_down if self.video_rate else None,
             "uplink_level": self.uplink.level,
             "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
             "frames_rendered": self.own_pipeline.rendered if self.own_pipeline else None,

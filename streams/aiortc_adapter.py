@@ -227,11 +227,12 @@ RECEIVER_JITTER_BUFFER = "_RTCRtpReceiver__jitter_buffer"
 
 
 class GapSkippingJitterBuffer(JitterBuffer):
-    """aiortc's jitter buffer, but a gap that stays unfilled for ``max_gap_s`` is skipped (with a PLI for a new
-    keyframe) instead of stalling every later frame until 512 packets have piled up.
+    """aiortc's jitter buffer, but when no frame has come out for ``max_gap_s`` because a packet is missing (at the
+    head of the buffer or after it), the gap and the frame it broke are skipped, with a PLI for a new keyframe,
+    instead of stalling every later frame until 512 packets have piled up.
 
     On a narrow path (a rate cap drops packets, and their retransmissions too) aiortc's buffer waits for the
-    missing packet until its capacity is reached: at 150-250 kbit/s that is 20 s or more without a single frame.
+    missing packet until its capacity is reached: at 150-250 kbit/s that is 10-20 s without a single frame.
     Reads aiortc's private ``_packets``, ``_origin`` and ``_capacity`` (checked by ``check_internals``).
     """
 
@@ -239,46 +240,59 @@ class GapSkippingJitterBuffer(JitterBuffer):
         super().__init__(capacity, is_video=True)
         self.max_gap_s = max_gap_s
         self.skipped = 0  # gaps skipped
-        self._gap_since: float | None = None
+        self._last_out_s = time.monotonic()
 
     def add(self, packet: Any) -> tuple[bool, Any]:
         pli, frame = super().add(packet)
-        origin = self._origin
-        if frame is not None or origin is None or self._packets[origin % self._capacity] is not None:
-            self._gap_since = None
-            return pli, frame
         now = time.monotonic()
-        if self._gap_since is None:
-            self._gap_since = now
-        elif now - self._gap_since >= self.max_gap_s and self._skip_gap():
-            self._gap_since = None
+        if frame is not None or self._origin is None:
+            self._last_out_s = now
+            return pli, frame
+        if now - self._last_out_s >= self.max_gap_s and self._skip_gap():
+            self._last_out_s = now
             self.skipped += 1
             return True, self._remove_frame(packet.sequence_number)
         return pli, frame
 
     def _skip_gap(self) -> bool:
-        """Move the origin past the missing packets and the rest of the frame they broke; False if nothing follows."""
-        cap, origin = self._capacity, self._origin
+        """Drop what comes before the first packet after the first gap, and the rest of the frame the gap broke;
+        False when there is no gap with a packet after it (the buffer just waits for the next packets)."""
+        cap, origin, packets = self._capacity, self._origin, self._packets
         if origin is None:
             return False
-        for missing in range(cap):
-            if self._packets[(origin + missing) % cap] is not None:
-                break
-        else:
+        missing = next((k for k in range(cap) if packets[(origin + k) % cap] is None), None)
+        if missing is None:
             return False
-        self.remove(missing)
-        origin = (origin + missing) % 65536
-        broken = self._packets[origin % cap]
-        assert broken is not None
-        timestamp = broken.timestamp  # that frame lost its first packets: drop what is left of it too
+        after = next((k for k in range(missing, cap) if packets[(origin + k) % cap] is not None), None)
+        if after is None:
+            return False
+        before = packets[(origin + missing - 1) % cap] if missing > 0 else None
+        first_after = packets[(origin + after) % cap]
+        assert first_after is not None
+        broken = (before or first_after).timestamp  # the frame the gap broke
+        self.remove(after)
+        origin = self._origin
+        assert origin is not None
         rest = 0
         while rest < cap:
-            p = self._packets[(origin + rest) % cap]
-            if p is None or p.timestamp != timestamp:
+            p = packets[(origin + rest) % cap]
+            if p is None or p.timestamp != broken:
                 break
             rest += 1
         self.remove(rest)
         return True
+
+
+def jitter_buffer_state(track: Any, pc: Any) -> dict[str, Any]:
+    """For a log line: the receiving jitter buffer of ``track`` (on ``pc``): packets held, gaps skipped."""
+    for t in pc.getTransceivers():
+        if t.receiver.track is track:
+            buf = getattr(t.receiver, RECEIVER_JITTER_BUFFER, None)
+            if buf is None:
+                return {}
+            held = sum(p is not None for p in buf._packets)
+            return {"packets_held": held, "gaps_skipped": getattr(buf, "skipped", None), "origin": buf._origin}
+    return {}
 
 
 def skip_long_gaps(receiver: Any, max_gap_s: float = 0.3) -> bool:

@@ -4,8 +4,9 @@
   reports say about the path (RTCP: loss, and RTT rising above its floor) under 70 % of its REMB (the rest is the
   results' and pings' room): cut by 30 % at once
   when the path shows congestion (at most every 0.5 s, so one burst of reports is one cut), raise by 8 % a second
-  while it is clean, and frame rate with the bitrate (``max_fps``), so that a narrow path gets fewer, not worse,
-  frames rather than a queue.
+  while it is clean, and frame rate and size with the bitrate (``max_fps``, ``scale_down``), so that a narrow path
+  gets fewer, smaller frames rather than a queue. Reports come from RTCP (about one a second) and from the
+  data channel's pongs (four a second, through the same queue as the video).
 * ``UplinkController``: what the browser should send us, from how late its frames arrive (``late_ms``: transit above
   the path's floor, read from each frame's RTP timestamp): cut the bitrate cap (and the resolution, not below
   what the model needs) while frames queue on the way in, raise it again after a calm spell.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 class VideoRate:
     target_bps: int
     max_fps: float
+    scale_down: float = 1.0  # send the annotated frames at 1/scale_down of their width and height
 
 
 class VideoRateController:
@@ -32,12 +34,21 @@ class VideoRateController:
     LOSS_CONGESTED = 0.02  # fraction lost in a receiver report
     RTT_RISE_MS = 30.0  # RTT this far above its floor (and 50 % above it) reads as a queue building up
     REMB_SHARE = 0.7  # video takes at most this share of what the peer says it can receive: results come first
+    DRAINING_MS = 10.0  # RTT this much under the last cut's: the queue drains, the cut is working, wait
+    DRAIN_WAIT_S = 3.0  # ... but not for longer than this
+    BITS_PER_PIXEL = 0.1  # per frame at 30 fps: what a picture of this size needs to look good, and no more
+    HALF_SIZE_UNDER_BPS = 300_000  # half the width and height under this; full size again only from FULL_SIZE_BPS
+    FULL_SIZE_BPS = 450_000
 
     def __init__(self, start_bps: int = 500_000, min_bps: int = 60_000, max_bps: int = 1_500_000) -> None:
         self.min_bps, self.max_bps = min_bps, max_bps
         self.target_bps = float(start_bps)
         self._last_cut_s = -1e9
+        self._rtt_at_cut: float | None = None
+        self._hold_until_s = -1e9
         self._last_update_s: float | None = None
+        self._scale = 2.0 if start_bps < self.HALF_SIZE_UNDER_BPS else 1.0
+        self.picture_bps: float | None = None  # the ceiling for the picture's size (``set_picture``)
         self.cuts = 0
 
     def congested(self, loss_fraction: float, rtt_ms: float | None, rtt_floor_ms: float | None) -> bool:
@@ -47,29 +58,50 @@ class VideoRateController:
             return False
         return rtt_ms > rtt_floor_ms + self.RTT_RISE_MS and rtt_ms > 1.5 * rtt_floor_ms
 
+    def set_picture(self, width: int, height: int) -> None:
+        """The annotated frames' full size: no more bits than it needs (a 320x240 picture gains nothing from 1
+        Mbit/s, and every bit over is queue when the path narrows)."""
+        self.picture_bps = max(float(self.min_bps), self.BITS_PER_PIXEL * width * height * 30.0)
+
     def update(self, now_s: float, loss_fraction: float, rtt_ms: float | None, rtt_floor_ms: float | None,
-               remb_bps: float | None = None) -> VideoRate:
-        """One receiver report (or a periodic check): the new target."""
+               remb_bps: float | None = None, probe_sent_s: float | None = None) -> VideoRate:
+        """One receiver report, or one RTT sample of a probe sent at ``probe_sent_s`` (a data-channel ping; its
+        RTT says nothing of a cut made after it was sent): the new target."""
         dt = 0.0 if self._last_update_s is None else max(0.0, now_s - self._last_update_s)
         self._last_update_s = now_s
-        if self.congested(loss_fraction, rtt_ms, rtt_floor_ms):
-            if now_s - self._last_cut_s >= self.CUT_EVERY_S:
+        if probe_sent_s is not None and probe_sent_s < self._hold_until_s and loss_fraction < self.LOSS_CONGESTED:
+            pass  # a probe sent before the last cut could act (it queued behind what was sent before it)
+        elif self.congested(loss_fraction, rtt_ms, rtt_floor_ms):
+            # a queue that is already draining after a cut needs time, not another cut (which would overshoot to
+            # the floor): cut again on a queue only while its RTT is not falling; loss cuts regardless
+            draining = (loss_fraction < self.LOSS_CONGESTED and rtt_ms is not None and self._rtt_at_cut is not None
+                        and now_s - self._last_cut_s < self.DRAIN_WAIT_S
+                        and rtt_ms < self._rtt_at_cut - self.DRAINING_MS)
+            if now_s - self._last_cut_s >= self.CUT_EVERY_S and not draining:
                 deep = loss_fraction >= 0.1 or (rtt_ms is not None and rtt_floor_ms is not None
                                                 and rtt_ms > rtt_floor_ms + self.DEEP_RTT_RISE_MS)
                 self.target_bps *= self.DEEP_CUT if deep else self.CUT
                 self._last_cut_s = now_s
+                self._rtt_at_cut = rtt_ms
+                # a probe sent in the next RTT (0.5..2 s) still waits behind the queue built before the cut
+                self._hold_until_s = now_s + min(2.0, max(self.CUT_EVERY_S, (rtt_ms or 0.0) / 1e3))
                 self.cuts += 1
         elif now_s - self._last_cut_s >= 2.0:  # a clean spell after the last cut: probe upwards slowly
             self.target_bps *= self.RAISE_PER_S ** dt
         if remb_bps is not None:  # the peer's own estimate, less room for the results and pings, is a ceiling too
             self.target_bps = min(self.target_bps, self.REMB_SHARE * float(remb_bps))
-        self.target_bps = min(float(self.max_bps), max(float(self.min_bps), self.target_bps))
+        ceiling = self.max_bps if self.picture_bps is None else min(self.max_bps, self.picture_bps)
+        self.target_bps = min(float(ceiling), max(float(self.min_bps), self.target_bps))
+        if self.target_bps < self.HALF_SIZE_UNDER_BPS:
+            self._scale = 2.0
+        elif self.target_bps >= self.FULL_SIZE_BPS:
+            self._scale = 1.0  # in between: as it was (a change of size is a keyframe, a burst of its own)
         return self.rate
 
     @property
     def rate(self) -> VideoRate:
         t = self.target_bps
-        return VideoRate(round(t), 30.0 if t >= 300_000 else 15.0 if t >= 150_000 else 10.0)
+        return VideoRate(round(t), 30.0 if t >= 300_000 else 15.0 if t >= 150_000 else 10.0, self._scale)
 
 
 @dataclass(frozen=True)

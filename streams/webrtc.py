@@ -81,6 +81,7 @@ class OutboundVideoTrack(MediaStreamTrack):
         self._t0: float | None = None
         self._last_sent_s = 0.0
         self.max_fps = 30.0  # a narrow path gets fewer frames, not a queue (set by the rate controller)
+        self.scale_down = 1.0  # ... and smaller ones
         self.sent = 0
 
     @property
@@ -101,6 +102,9 @@ class OutboundVideoTrack(MediaStreamTrack):
         except SlotClosed:
             self.stop()
             raise MediaStreamError from None
+        if self.scale_down > 1.0:
+            frame = frame.reformat(width=int(frame.width / self.scale_down) & ~1,
+                                   height=int(frame.height / self.scale_down) & ~1)
         now = time.monotonic()
         if self._t0 is None:
             self._t0 = now

@@ -90,3 +90,37 @@ async def test_rtcp_tap_gives_each_reports_own_rtt() -> None:
         assert len(samples) == 1
     finally:
         await pc.close()
+
+
+def test_jitter_buffer_skips_a_gap_behind_its_head_and_the_frame_it_broke(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiortc's buffer stalls when a packet in the middle of a frame never comes (its head is present, so a
+    head-only check never fires): after max_gap_s the broken frame is dropped, a PLI asked for, and the next
+    complete frame comes out."""
+    from aiortc.rtp import RtpPacket
+
+    from streams import aiortc_adapter
+
+    clock = [100.0]
+    monkeypatch.setattr(aiortc_adapter.time, "monotonic", lambda: clock[0])
+    buf = aiortc_adapter.GapSkippingJitterBuffer(capacity=64, max_gap_s=0.3)
+
+    def pkt(seq: int, ts: int) -> RtpPacket:
+        p = RtpPacket(payload_type=96, sequence_number=seq, timestamp=ts)
+        p._data = bytes([seq])  # what aiortc's depayloader leaves for the frame
+        return p
+
+    # frame 1000: packets 1, 2, (3 lost), 4; then frames 2000 (5, 6) and 3000 (7, 8)
+    assert buf.add(pkt(1, 1000)) == (False, None)
+    assert buf.add(pkt(2, 1000)) == (False, None)
+    assert buf.add(pkt(4, 1000)) == (False, None)
+    assert buf.add(pkt(5, 2000)) == (False, None), "frame 1000 is incomplete: aiortc waits for packet 3"
+    clock[0] += 0.1
+    assert buf.add(pkt(6, 2000)) == (False, None), "not yet max_gap_s without a frame"
+    clock[0] += 0.3
+    pli, frame = buf.add(pkt(7, 3000))
+    assert pli and frame is not None and frame.timestamp == 2000 and frame.data == bytes([5, 6]), (pli, frame)
+    assert buf.skipped == 1
+    pli, frame = buf.add(pkt(9, 4000))
+    assert not pli and frame is None, "packet 8 is late, not lost yet (a frame came out just now)"
+    pli, frame = buf.add(pkt(8, 3000))
+    assert frame is not None and frame.timestamp == 3000 and not pli

@@ -104,18 +104,26 @@ async def test_results_first_the_page_draws_over_its_own_camera(app_config: Call
                                                                  browser: Any, fake_camera: tuple[Path, LabelledVideo]
                                                                  ) -> None:
     """By default the page shows its own camera at once and draws the analysis from the results over it: the
-    offer is sendonly, so the server neither renders nor encodes anything for this session."""
+    offer is sendonly, so the server neither renders nor encodes anything for this session. Each result is drawn
+    over the frame it belongs to: with ?probe=1 the page knows when each analysed frame was stamped, and the frame
+    the overlay picked must be that one (within a frame interval)."""
     import aiohttp
 
     async with browser(fake_camera[0]) as page, serve(app_config()) as base:
-        await page.goto(f"{base}/")
+        await page.goto(f"{base}/?probe=1")
         assert not await page.is_checked("#video-back")
         await page.click("#connect")
         await page.wait_for_function("() => window.edge.error || (window.edge.results >= 120"
-                                     " && window.edge.overlayDrawn >= 60)", timeout=60_000)
-        seen = await page.evaluate("() => ({error: edge.error, local: document.getElementById('video').videoWidth,"
-                                   " mine: document.getElementById('video').srcObject === edge.localStream,"
-                                   " drawn: edge.overlayDrawn, results: edge.results})")
+                                     " && window.edge.overlayDrawn >= 60 && edge.matcher.errorsFrames.length >= 60)",
+                                     timeout=60_000)
+        seen = await page.evaluate("() => { const e = edge.matcher.errorsFrames;"
+                                   " return {error: edge.error, local: document.getElementById('video').videoWidth,"
+                                   " mine: document.getElementById('video').srcObject !== null,"
+                                   " drawn: edge.overlayDrawn, results: edge.results, matched: edge.matcher.matched,"
+                                   " unmatched: edge.matcher.unmatched, checked: e.length,"
+                                   " exact: e.filter((d) => d === 0).length,"
+                                   " within_one: e.filter((d) => Math.abs(d) <= 1).length,"
+                                   " off_by: e.reduce((h, d) => { h[d] = (h[d] || 0) + 1; return h; }, {})}; }")
         async with aiohttp.ClientSession() as http, http.get(f"{base}/status") as r:
             session = (await r.json())["sessions"][0]
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -123,4 +131,8 @@ async def test_results_first_the_page_draws_over_its_own_camera(app_config: Call
     print(f"results first: {seen}, server: receives_video {session['receives_video']}, "
           f"rendered {session['frames_rendered']} of {session['frames_analysed']}")
     assert seen["error"] is None and seen["local"] > 0 and seen["mine"], seen
+    assert seen["matched"] >= 0.8 * (seen["matched"] + seen["unmatched"]), f"most results found their frame: {seen}"
+    # the counter in the frame the overlay was drawn on, against the analysed frame's
+    assert seen["exact"] >= 0.7 * seen["checked"] and seen["within_one"] >= 0.95 * seen["checked"], \
+        f"each result is drawn over the frame it belongs to: {seen}"
     assert session["receives_video"] is False and session["frames_rendered"] == 0 and session["frames_analysed"] > 100

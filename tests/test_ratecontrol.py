@@ -24,6 +24,38 @@ def test_video_rate_cuts_at_once_on_loss_or_a_queue_and_rises_slowly() -> None:
         "a long queue already: halved at once"
 
 
+def test_video_rate_waits_while_a_queue_drains_and_sends_smaller_frames_when_narrow() -> None:
+    c = VideoRateController(start_bps=1_000_000)
+    assert c.rate.scale_down == 1.0
+    assert c.update(0.0, 0.0, 400.0, 30.0).target_bps == 500_000, "a long queue: halved"
+    assert c.update(0.6, 0.0, 300.0, 30.0).target_bps == 500_000, "the queue drains (RTT falls): wait, no cut"
+    assert c.update(1.2, 0.0, 390.0, 30.0).target_bps == 250_000, "it stopped draining: cut again"
+    assert c.rate.scale_down == 2.0 and c.rate.max_fps == 15.0, "under 300 kbit/s: half the size, half the rate"
+    assert c.update(1.8, 0.05, 100.0, 30.0).target_bps == 175_000, "loss cuts even while the queue drains"
+    assert c.update(9.0, 0.0, 900.0, 30.0).target_bps == 87_500, "long after the last cut, a new queue is cut"
+    for t in range(10, 40):
+        rate = c.update(float(t), 0.0, 30.0, 30.0)
+    assert rate.target_bps > 450_000 and rate.scale_down == 1.0, "full size again once the target recovers"
+    c = VideoRateController(start_bps=500_000)
+    for t in range(5):
+        c.update(float(t), 0.0, 30.0, 30.0, remb_bps=400_000)
+    assert c.rate.target_bps == 280_000 and c.rate.scale_down == 2.0
+    c.update(6.0, 0.0, 30.0, 30.0, remb_bps=600_000)
+    assert c.rate.scale_down == 2.0, "between 300 and 450 kbit/s the size stays as it was"
+
+
+def test_video_rate_ignores_probes_that_queued_before_its_cut_and_fits_the_picture() -> None:
+    c = VideoRateController(start_bps=1_000_000)
+    assert c.update(0.0, 0.0, 400.0, 30.0, probe_sent_s=-0.4).target_bps == 500_000
+    assert c.update(0.3, 0.0, 600.0, 30.0, probe_sent_s=0.1).target_bps == 500_000, \
+        "a ping sent just after the cut waits behind the old queue: no second cut for it"
+    assert c.update(0.9, 0.0, 600.0, 30.0, probe_sent_s=0.5).target_bps == 250_000, \
+        "a ping sent after the hold (the cut's RTT) that still queues: cut again"
+    c = VideoRateController(start_bps=1_000_000)
+    c.set_picture(320, 240)
+    assert c.update(0.0, 0.0, 30.0, 30.0).target_bps == 230_400, "0.1 bit a pixel at 30 fps, not more"
+
+
 def test_uplink_cap_is_cut_while_frames_queue_and_raised_when_calm() -> None:
     u = UplinkController(min_height=240)
     assert u.update(0.0, 500.0, frame_height=480) is None, "the first seconds (connecting) do not count"

@@ -2,13 +2,14 @@
 // show the annotated video that comes back and chart what the scheduler does, frame by frame.
 // window.edge holds the live state (the end-to-end tests read it); probe.js is loaded only with ?probe=1.
 import { LiveChart } from "./charts.js";
+import { FrameMatcher, clearOverlay, drawOverlay } from "./overlay.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const probe = params.has("probe") ? await import("./probe.js") : null;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, overlayDrawn: 0, sourceState: null, connectTimer: null, browserRttMs: null,
+  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, overlayDrawn: 0, matcher: null, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
   probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
@@ -142,13 +143,19 @@ async function connect() {
       // results first: unless annotated video back is asked for, the page shows its own camera at once and draws
       // the analysis over it; the offer is then sendonly, and the server neither renders nor encodes for it
       edge.videoBack = $("video-back").checked;
+      let shown = stream;
       for (const t of stream.getVideoTracks()) {
         const track = probe ? probe.stampedTrack(t, edge.probe) : t;
+        if (probe) shown = new MediaStream([track]);  // what is sent, counters and all: the overlay's frames are known
         pc.addTransceiver(track, { direction: edge.videoBack ? "sendrecv" : "sendonly",
           streams: [probe ? new MediaStream([track]) : stream] });
       }
       edge.localStream = stream;
-      if (!edge.videoBack) $("video").srcObject = stream;
+      if (!edge.videoBack) {
+        $("video").srcObject = shown;
+        edge.matcher = new FrameMatcher($("video"), $("overlay"));  // each result over the frame it belongs to
+        edge.matcher.start();
+      }
     } else {
       edge.videoBack = true;
       pc.addTransceiver("video", { direction: "recvonly" });
@@ -170,10 +177,11 @@ async function connect() {
 
 function teardown() {
   clearTimeout(edge.connectTimer);
-  clearOverlay();
+  clearOverlay($("overlay"));
+  if (edge.matcher) edge.matcher.stop();
   if (edge.pc) edge.pc.close();
   if (edge.localStream) edge.localStream.getTracks().forEach((t) => t.stop());
-  edge.pc = edge.channel = edge.localStream = null;
+  edge.pc = edge.channel = edge.localStream = edge.matcher = null;
 }
 
 function disconnect() { teardown(); setState("idle"); }
@@ -181,7 +189,11 @@ function disconnect() { teardown(); setState("idle"); }
 function onMessage(channel, data) {
   let msg;
   try { msg = JSON.parse(data); } catch { return; }
-  if (msg.type === "ping") { channel.send(JSON.stringify({ type: "pong", id: msg.id })); return; }
+  if (msg.type === "ping") {
+    channel.send(JSON.stringify({ type: "pong", id: msg.id }));
+    if (edge.matcher) edge.matcher.serverClock(msg.t);
+    return;
+  }
   if (msg.type === "source") { showSource(msg); return; }
   if (msg.type === "uplink") { applyUplink(msg); return; }
   if (msg.type !== "result") return;
@@ -203,40 +215,11 @@ function onMessage(channel, data) {
     charts.budget.push(t, [Math.max(0, msg.budget.compute_ms), msg.costs.actual_ms, msg.latency_ms]);
   }
   showResult(msg);
-  if (!edge.videoBack) drawOverlay(msg);
-}
-
-// The analysis drawn over the browser's own camera (what the server draws into the video when it is sent back):
-// label and confidence, the exits used, green when on time.
-function drawOverlay(m) {
-  const canvas = $("overlay"), v = $("video");
-  const w = canvas.clientWidth, h = canvas.clientHeight, dpr = window.devicePixelRatio || 1;
-  if (canvas.width !== Math.round(w * dpr)) { canvas.width = Math.round(w * dpr); canvas.height = Math.round(h * dpr); }
-  const ctx = canvas.getContext("2d");
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, w, h);
-  if (!v.videoWidth) return;
-  const conf = m.smoothed.confidence;
-  const colour = conf >= 0.8 ? "#3cc850" : conf >= 0.5 ? "#f0b428" : "#e63c32";
-  ctx.fillStyle = "rgba(0, 0, 0, 0.45)";
-  ctx.fillRect(0, 0, w, 44);
-  ctx.font = "600 20px system-ui, sans-serif";
-  ctx.fillStyle = colour;
-  ctx.fillText(`${m.smoothed.label}  ${(100 * conf).toFixed(0)}%`, 10, 27);
-  ctx.font = "12px system-ui, sans-serif";
-  ctx.fillStyle = m.deadline_met ? "#fff" : "#e63c32";
-  ctx.fillText(m.reused ? "reused" : `exit ${m.exit}/${edge.numExits}  ${m.latency_ms.toFixed(0)} ms`, 10, 40);
-  for (let k = 0; k < (edge.numExits || 0); k++) {
-    const x = w - ((edge.numExits - k) * 22) - 6;
-    if (k < m.exit) { ctx.fillStyle = colour; ctx.fillRect(x, 8, 18, 18); }
-    ctx.strokeStyle = "#fff"; ctx.strokeRect(x + 0.5, 8.5, 17, 17);
+  if (!edge.videoBack) {
+    if (edge.matcher) edge.matcher.draw(msg, edge.numExits, probe ? probe.stampOf : null);
+    else drawOverlay($("overlay"), $("video"), msg, edge.numExits);  // a watched camera's results, no local frames
+    edge.overlayDrawn += 1;
   }
-  edge.overlayDrawn += 1;
-}
-
-function clearOverlay() {
-  const canvas = $("overlay");
-  canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
 }
 
 // The server asks for fewer bits on the way in when this browser's frames queue up (and for more once calm):
@@ -292,6 +275,7 @@ async function pollStats() {
     if (s.type === "inbound-rtp" && s.kind === "video") { edge.framesDecoded = s.framesDecoded || 0; edge.videoFps = s.framesPerSecond ?? null; }
   });
   edge.browserRttMs = rtt;
+  if (edge.matcher) edge.matcher.rtt(rtt);
   const m = edge.lastResult;
   if (m) { rate = m.network.bitrate_bps; recv = edge.lastDetail ? edge.lastDetail.receive_estimate_bps : null; }
   const t = performance.now() / 1000;

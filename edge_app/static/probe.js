@@ -80,6 +80,17 @@ export function stampedTrack(track, probe) {
   return generator;
 }
 
+// The counter stamped into ``image`` (an ImageBitmap of a stamped frame), or null.
+let stampCanvas = null;
+export function stampOf(image) {
+  const w = image.width, h = image.height, cw = stampColumnWidth(w);
+  stampCanvas = stampCanvas || new OffscreenCanvas(cw, h);
+  if (stampCanvas.width !== cw || stampCanvas.height !== h) { stampCanvas.width = cw; stampCanvas.height = h; }
+  const ctx = stampCanvas.getContext("2d", { willReadFrequently: true });
+  ctx.drawImage(image, 0, 0, cw, h, 0, 0, cw, h);
+  return readStampColumn(ctx.getImageData(0, 0, cw, h).data, cw, h);
+}
+
 // Record when each annotated frame is shown: requestVideoFrameCallback gives its expected display time.
 export function watchDisplay(video, probe) {
   if (!("requestVideoFrameCallback" in HTMLVideoElement.prototype)) {

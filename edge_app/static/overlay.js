@@ -1,0 +1,129 @@
+// The analysis drawn over the browser's own camera (results first: no video comes back), each result over the
+// frame it belongs to.
+//
+// The page keeps its camera's last ~1.5 s of frames (requestVideoFrameCallback; ImageBitmaps stamped with their
+// capture time) and, for each result, picks the frame the server analysed. Its capture time, in this page's clock:
+// the server's arrival time of the frame (arrived_unix_ms), moved into our clock by the smallest gap seen between
+// the server's clock on its pings and ours when they land (that gap also holds the path's one-way floor down),
+// less the page's smallest RTT (the two floors), how late the frame came in (budget.late_ms) and CODEC_MS, the
+// browser's encode and the server's decode, which no clock here sees, less the video element's own delay (the
+// kept frames carry the time they were shown): measured with ?probe=1, where the page reads each kept frame's
+// counter and so knows whether it picked the analysed one. That frame is drawn under the overlay, so label and picture agree;
+// the picture is then as far behind live as the results are (shown on it). Where no kept frame is within
+// MATCH_MS (a browser without requestVideoFrameCallback, before the first ping), the overlay goes over the live
+// video and the result counts as unmatched.
+
+const KEEP_MS = 1500, MATCH_MS = 50, SKEW_SAMPLES = 40, MAX_WIDTH = 640, CODEC_MS = 20;
+
+export const wallMs = () => performance.timeOrigin + performance.now();
+
+export class FrameMatcher {
+  constructor(video, canvas) {
+    this.video = video; this.canvas = canvas;
+    this.frames = [];  // {t: capture time (wall ms), bmp}
+    this.skews = [];  // our clock minus the server's, as its pings land (ms)
+    this.rttMin = null;
+    this.matched = 0; this.unmatched = 0;
+    this.errorsFrames = [];  // probe mode: picked frame's counter less the analysed frame's, per matched result
+    this.running = false;
+  }
+
+  start() {
+    const v = this.video;
+    if (this.running || typeof v.requestVideoFrameCallback !== "function") return;
+    this.running = true;
+    const onFrame = async (now, meta) => {
+      if (!this.running) return;
+      v.requestVideoFrameCallback(onFrame);
+      if (!v.videoWidth) return;
+      const t = performance.timeOrigin + now;  // when it is shown (a generated track has no captureTime)
+      const scale = Math.min(1, MAX_WIDTH / v.videoWidth);
+      try {
+        const bmp = await createImageBitmap(v, { resizeWidth: Math.round(v.videoWidth * scale),
+          resizeHeight: Math.round(v.videoHeight * scale) });
+        if (!this.running) { bmp.close(); return; }
+        this.frames.push({ t, bmp });
+      } catch { return; }  // a frame that went away meanwhile
+      while (this.frames.length && this.frames[0].t < t - KEEP_MS) this.frames.shift().bmp.close();
+    };
+    v.requestVideoFrameCallback(onFrame);
+  }
+
+  stop() {
+    this.running = false;
+    for (const f of this.frames) f.bmp.close();
+    this.frames = [];
+  }
+
+  serverClock(serverMs) {
+    if (typeof serverMs !== "number") return;
+    this.skews.push(wallMs() - serverMs);
+    if (this.skews.length > SKEW_SAMPLES) this.skews.shift();
+  }
+
+  rtt(ms) { if (ms !== null && ms > 0) this.rttMin = this.rttMin === null ? ms : Math.min(this.rttMin, ms); }
+
+  captureTime(m) {
+    if (!this.skews.length || typeof m.arrived_unix_ms !== "number") return null;
+    return m.arrived_unix_ms + Math.min(...this.skews) - (this.rttMin ?? 0) - ((m.budget && m.budget.late_ms) || 0)
+      - CODEC_MS;
+  }
+
+  frameFor(m) {
+    const t = this.captureTime(m);
+    if (t === null || m.reused) return null;
+    let best = null;
+    for (const f of this.frames) if (best === null || Math.abs(f.t - t) < Math.abs(best.t - t)) best = f;
+    return best && Math.abs(best.t - t) <= MATCH_MS ? best : null;
+  }
+
+  // Draw ``m`` (a result) over its frame; ``stampOf(bitmap)``, in probe mode, reads a kept frame's counter.
+  draw(m, numExits, stampOf = null) {
+    const frame = this.frameFor(m);
+    if (frame) {
+      this.matched += 1;
+      const picked = stampOf && typeof m.stamp === "number" ? stampOf(frame.bmp) : null;
+      if (picked !== null && this.errorsFrames.length < 100_000) this.errorsFrames.push(picked - m.stamp);
+    } else {
+      this.unmatched += 1;
+    }
+    drawOverlay(this.canvas, this.video, m, numExits, frame);
+  }
+}
+
+// Label and confidence, the exits used, green when on time (what the server draws into the video it sends back),
+// over ``frame`` (an ImageBitmap kept by FrameMatcher) or, without one, over the live video.
+export function drawOverlay(canvas, video, m, numExits, frame = null) {
+  const w = canvas.clientWidth, h = canvas.clientHeight, dpr = window.devicePixelRatio || 1;
+  if (canvas.width !== Math.round(w * dpr)) { canvas.width = Math.round(w * dpr); canvas.height = Math.round(h * dpr); }
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.clearRect(0, 0, w, h);
+  if (!video.videoWidth) return;
+  if (frame) {  // as the video element shows it: the whole picture, centred (object-fit: contain)
+    const s = Math.min(w / frame.bmp.width, h / frame.bmp.height);
+    const dw = frame.bmp.width * s, dh = frame.bmp.height * s;
+    ctx.fillStyle = "#111"; ctx.fillRect(0, 0, w, h);
+    ctx.drawImage(frame.bmp, (w - dw) / 2, (h - dh) / 2, dw, dh);
+  }
+  const conf = m.smoothed.confidence;
+  const colour = conf >= 0.8 ? "#3cc850" : conf >= 0.5 ? "#f0b428" : "#e63c32";
+  ctx.fillStyle = "rgba(0, 0, 0, 0.45)";
+  ctx.fillRect(0, 0, w, 44);
+  ctx.font = "600 20px system-ui, sans-serif";
+  ctx.fillStyle = colour;
+  ctx.fillText(`${m.smoothed.label}  ${(100 * conf).toFixed(0)}%`, 10, 27);
+  ctx.font = "12px system-ui, sans-serif";
+  ctx.fillStyle = m.deadline_met ? "#fff" : "#e63c32";
+  const behind = frame ? `  ·  picture ${(wallMs() - frame.t).toFixed(0)} ms behind live` : "";
+  ctx.fillText((m.reused ? "reused" : `exit ${m.exit}/${numExits}  ${m.latency_ms.toFixed(0)} ms`) + behind, 10, 40);
+  for (let k = 0; k < (numExits || 0); k++) {
+    const x = w - ((numExits - k) * 22) - 6;
+    if (k < m.exit) { ctx.fillStyle = colour; ctx.fillRect(x, 8, 18, 18); }
+    ctx.strokeStyle = "#fff"; ctx.strokeRect(x + 0.5, 8.5, 17, 17);
+  }
+}
+
+export function clearOverlay(canvas) {
+  canvas.getContext("2d").clearRect(0, 0, canvas.width, canvas.height);
+}
