@@ -31,8 +31,25 @@ def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
     from models.service import InferenceService, load_backend
 
     m = cfg.model
-    backend = load_backend(m.backend, cfg.model_path, m.providers, m.threads, m.warmup_runs, m.cuda_device)
+    backend = load_backend(m.backend, deployed_model(cfg), m.providers, m.threads, m.warmup_runs, m.cuda_device)
     return InferenceService(backend, m.workers, m.cost_window)
+
+
+def deployed_model(cfg: AppConfig) -> Path:
+    """The model to serve: the one last deployed from the page ([training] models_dir), else [model] path."""
+    from edge_app.teach.registry import DEFAULT, ModelRegistry
+    from edge_app.teach.store import DatasetError
+
+    reg = ModelRegistry(cfg.resolve(cfg.training.models_dir), cfg.model_path)
+    if reg.active == DEFAULT:
+        return cfg.model_path
+    try:
+        folder = reg.validate(reg.active)
+    except DatasetError as exc:
+        log.warning("the deployed model cannot be served (%s); serving [model] path %s", exc.reason, cfg.model_path)
+        return cfg.model_path
+    log.info("serving the model deployed from the page: %s (%s)", reg.active, folder)
+    return folder
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

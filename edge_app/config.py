@@ -145,6 +145,21 @@ class CameraConfig(_Section):
         return v
 
 
+class TrainingConfig(_Section):
+    data_dir: Path = Field(Path("data/scenes"), description="captured frames: DATASET/CLASS/*.jpg with frames.jsonl "
+                           "(source and time of each), relative to the config file")
+    models_dir: Path = Field(Path("models/taught"), description="models trained from the page, one folder per "
+                             "version, and deployments.json (which is in use, and the ones before it)")
+    epochs: int = Field(12, ge=1, le=500, description="fine-tuning epochs")
+    lr: float = Field(2e-3, gt=0, le=1, description="peak learning rate (one cycle)")
+    batch_size: int = Field(32, ge=2, le=1024)
+    threads: int = Field(0, ge=0, le=256, description="torch threads in the training process (0: torch's default)")
+    block_s: float = Field(2.0, gt=0, le=600, description="frames are split into train / calibration / test by "
+                           "contiguous blocks this long (neighbouring frames are near copies)")
+    min_frames_per_class: int = Field(20, ge=5, le=100_000, description="fewer, and training is refused")
+    max_record_s: float = Field(120.0, gt=0, le=3600, description="longest recording one request may ask for")
+
+
 class AppConfig(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -152,6 +167,7 @@ class AppConfig(_Section):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     smoothing: SmoothingConfig = Field(default_factory=SmoothingConfig)
     cameras: list[CameraConfig] = Field(default_factory=list)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
     base_dir: Path = Field(Path("."), exclude=True, description="folder of the config file (set by load_config)")
 
     @model_validator(mode="after")

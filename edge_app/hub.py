@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
@@ -26,7 +27,7 @@ from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
-from models.service import InferenceService
+from models.service import InferenceService, load_backend
 from streams.aiortc_adapter import (
     answer_as_dtls_server,
     floor_remb,
@@ -204,6 +205,30 @@ class Hub:
         session.watch(session.own_pipeline)
         session.reader.start()
         session.own_pipeline.start()
+
+    async def swap_model(self, folder: Path) -> InferenceService:
+        """Serve ``folder`` from now on, without dropping a session or a camera: load and warm it up (off the event
+        loop; ``ModelError`` / ``PolicyError`` when it does not load, and nothing changes), switch every pipeline
+        to it between two frames (their smoothing starts again), tell every viewer (a ``model`` message), then stop
+        the old model's service."""
+        m = self.config.model
+        loop = asyncio.get_running_loop()
+        backend = await loop.run_in_executor(None, load_backend, m.backend, folder, m.providers, m.threads,
+                                             m.warmup_runs, m.cuda_device)
+        policy = policy_from_config(self.config.policy, folder)
+        service = InferenceService(backend, m.workers, m.cost_window)
+        service.start()
+        old = self.engine
+        self.service, self.policy = service, policy
+        self.engine = Engine(service=service, policy=policy, metrics=self.metrics, media=self.media)
+        pipes = [*self.camera_pipelines.values(), *(s.own_pipeline for s in self.sessions.values() if s.own_pipeline)]
+        await asyncio.gather(*(p.use(self.engine) for p in pipes))
+        for session in self.sessions.values():
+            session.model_changed(service.class_names, service.num_exits, backend.manifest.name)
+        await old.service.stop()
+        log.info("model: now %s (%s, %d classes), policy %s", backend.manifest.name, folder, len(service.class_names),
+                 policy.name)
+        return service
 
     def camera_state(self, name: str) -> tuple[str, str | None]:
         """A camera's state for its viewers: ("streaming", None), or ("reconnecting", why) with the reason redacted."""

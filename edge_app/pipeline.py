@@ -18,6 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+import numpy as np
+
 from edge_app.annotate import Overlay, render
 from edge_app.decide import Decider, PipelineSettings, PreparedFrame
 from edge_app.metrics import Metrics
@@ -64,6 +66,9 @@ class AnalysisPipeline:
         self.reused = 0
         self.last: FrameResult | None = None
         self._task: asyncio.Task[None] | None = None
+        self._busy = False  # a frame is between DECIDE and publish
+        self._next: tuple[Engine, asyncio.Event] | None = None  # a model swap, applied between frames
+        self.frame_taps: set[Callable[[int, np.ndarray], None]] = set()  # see each frame before RENDER draws on it
         slot.on_put = engine.metrics.frames_received.labels(metric_source).inc
         slot.on_drop = engine.metrics.frames_dropped.labels(metric_source, "analysis").inc
 
@@ -96,6 +101,27 @@ class AnalysisPipeline:
                 await self._task
             self._task = None
 
+    async def use(self, engine: Engine, timeout_s: float = 10.0) -> None:
+        """Analyse the next frames with ``engine`` (a new model): between two frames, never within one; the
+        smoothing starts again (the classes may be others). Returns once no frame uses the old engine."""
+        done = asyncio.Event()
+        self._next = (engine, done)
+        if not self._busy:
+            self._switch()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(done.wait(), timeout_s)
+
+    def _switch(self) -> None:
+        if self._next is None:
+            return
+        engine, done = self._next
+        self._next = None
+        self.engine = engine
+        self.decider = Decider(self.source, engine.service, engine.policy, self.settings,
+                               [ex.test_accuracy for ex in engine.service.backend.manifest.exits])
+        self.last = None
+        done.set()
+
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
@@ -107,11 +133,15 @@ class AnalysisPipeline:
             except SlotClosed:
                 log.info("%s: source closed after %d analysed frames", self.source, self.analysed)
                 return
+            self._switch()
+            self._busy = True
             try:
                 out = await self.analyse(sf)
             except (SegmentRunError, ValueError) as exc:
                 self._failed(sf.seq, str(exc), answered=False)
                 continue
+            finally:
+                self._busy = False
             if out.result.error is not None:
                 self._failed(sf.seq, out.result.error, answered=True)
             self._record(out.result)
@@ -124,9 +154,12 @@ class AnalysisPipeline:
         loop = asyncio.get_running_loop()
         rendering = self.wants_video
         prepared = await loop.run_in_executor(self.engine.media, self.decider.prepare, sf, self.network(), rendering)
+        for tap in list(self.frame_taps):  # capture for teaching: the frame as the source gave it (copied if kept)
+            tap(sf.seq, prepared.rgb)
         dec, sm = await self.decider.decide(prepared)
         if not rendering:
-            return AnalysedFrame(self.decider.result(prepared, dec, sm, time.monotonic(), None, self.slot.dropped))
+            return AnalysedFrame(self.decider.result(prepared, dec, sm, time.monotonic(), None, self.slot.dropped),
+                                 classes=self.engine.service.class_names)
         t0 = time.monotonic()
         overlay = self._overlay(prepared, dec.exit_index + 1, sm, self.decider.on_time(prepared, t0, True))
         i420 = await loop.run_in_executor(self.engine.media, render, prepared.rgb, overlay)
@@ -134,7 +167,7 @@ class AnalysisPipeline:
         self.decider.render_ms.record((t1 - t0) * 1e3)
         self.rendered += 1
         result = self.decider.result(prepared, dec, sm, t1, (t1 - t0) * 1e3, self.slot.dropped)
-        return AnalysedFrame(result, i420)
+        return AnalysedFrame(result, i420, self.engine.service.class_names)
 
     def _overlay(self, p: PreparedFrame, exit_used: int, sm: Smoothed, on_time: bool) -> Overlay:
         service = self.engine.service

@@ -116,6 +116,7 @@ class AnalysedFrame:
 
     result: FrameResult
     i420: np.ndarray | None = None  # planar YUV 4:2:0 (what the encoder takes), shared by all video viewers
+    classes: list[str] | None = None  # the class names of the model that answered (a swap changes them)
 
     def video_frame(self) -> av.VideoFrame:
         """A new ``av.VideoFrame`` per viewer (each encoder stamps its own pts on it)."""

@@ -31,6 +31,8 @@ from edge_app.errors import EdgeAppError
 from edge_app.hub import Hub, OfferRefused
 from edge_app.metrics import Metrics
 from edge_app.stallwatch import StallWatch
+from edge_app.teach.api import TEACH_KEY
+from edge_app.teach.api import add_routes as add_teach_routes
 from models.service import InferenceService
 from streams.ice import machine_host_addresses, restrict_host_addresses
 from streams.redact import add_secret, add_url_secrets
@@ -113,13 +115,14 @@ async def status(request: web.Request) -> web.Response:
     cfg = app[CONFIG_KEY]
     return web.json_response({
         "uptime_s": round(time.monotonic() - app[STARTED_KEY], 1),
-        "model": model_status(app[SERVICE_KEY]),
+        "model": model_status(app[HUB_KEY].service),
         "policy": cfg.policy.model_dump(mode="json"),
         "budget": cfg.budget.model_dump(mode="json"),
         "limits": {"max_sessions": cfg.server.max_sessions, "connect_timeout_s": cfg.server.connect_timeout_s,
                    "peer_timeout_s": cfg.server.peer_timeout_s},
         "ice_servers": [{"urls": s.urls} for s in cfg.server.ice_servers],  # credentials stay on the server
         **app[HUB_KEY].status(),
+        **app[TEACH_KEY].status(),
     })
 
 
@@ -234,6 +237,7 @@ def create_app(config: AppConfig, service: InferenceService, token: str | None =
     app.router.add_get("/metrics", metrics_endpoint)
     app.router.add_post("/offer", offer)
     app.router.add_static("/static/", STATIC_DIR)
+    add_teach_routes(app, app[HUB_KEY], config)
     return app
 
 

@@ -231,11 +231,11 @@ class PeerSession:
         now = time.monotonic()
         if self.full_results or now - self._detail_sent_s >= DETAIL_EVERY_S:
             self._detail_sent_s = now
-            msg = af.result.to_json(self.class_names)
+            msg = af.result.to_json(af.classes or self.class_names)
             msg["session"] = self.id
             msg["receive_estimate_bps"] = self.receive_estimate_bps
         else:
-            msg = af.result.to_compact_json(self.class_names)
+            msg = af.result.to_compact_json(af.classes or self.class_names)
         msg["rtt_source"] = self.rtt_source
         if self._send(msg):
             self.results_sent += 1
@@ -271,6 +271,11 @@ class PeerSession:
             self._send({"type": "pong", "id": msg.get("id")})
         else:
             self._reject(f"unknown message type {kind!r}; expected 'ping' or 'pong'")
+
+    def model_changed(self, class_names: list[str], num_exits: int, name: str) -> None:
+        """The server swapped its model: results now carry these classes (the page redraws its legend and charts)."""
+        self.class_names = class_names
+        self._send({"type": "model", "name": name, "classes": class_names, "num_exits": num_exits})
 
     def _reject(self, reason: str) -> None:
         self.bad_messages += 1

@@ -8,6 +8,16 @@ import numpy as np
 from models.manifest import InputSpec
 
 
+def crop_resize(frame_rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """The centre square of an (H, W, 3) frame at ``size`` (w, h) px: what the model sees, still uint8."""
+    h, w = frame_rgb.shape[:2]
+    side = min(h, w)
+    y, x = (h - side) // 2, (w - side) // 2
+    crop = frame_rgb[y : y + side, x : x + side]
+    interp = cv2.INTER_AREA if side > size[0] else cv2.INTER_LINEAR
+    return crop if (side, side) == size else cv2.resize(crop, size, interpolation=interp)
+
+
 class Preprocessor:
     """Turns an (H, W, 3) uint8 RGB frame into the (1, 3, h, w) float32 input the first segment takes."""
 
@@ -20,11 +30,5 @@ class Preprocessor:
         if frame_rgb.ndim != 3 or frame_rgb.shape[2] != 3 or frame_rgb.dtype != np.uint8:
             raise ValueError(f"expected an (H, W, 3) uint8 RGB frame, got shape {frame_rgb.shape} "
                              f"dtype {frame_rgb.dtype}")
-        h, w = frame_rgb.shape[:2]
-        side = min(h, w)
-        y, x = (h - side) // 2, (w - side) // 2
-        crop = frame_rgb[y : y + side, x : x + side]
-        interp = cv2.INTER_AREA if side > self.size[0] else cv2.INTER_LINEAR
-        small = crop if (side, side) == self.size else cv2.resize(crop, self.size, interpolation=interp)
-        chw = small.transpose(2, 0, 1).astype(np.float32)
+        chw = crop_resize(frame_rgb, self.size).transpose(2, 0, 1).astype(np.float32)
         return (chw * self._scale - self._offset)[None]

@@ -3,13 +3,14 @@
 // window.edge holds the live state (the end-to-end tests read it); probe.js is loaded only with ?probe=1.
 import { LiveChart } from "./charts.js";
 import { FrameMatcher, clearOverlay, drawOverlay } from "./overlay.js";
+import { initTeach } from "./teach.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const probe = params.has("probe") ? await import("./probe.js") : null;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, overlayDrawn: 0, matcher: null, sourceState: null, connectTimer: null, browserRttMs: null,
+  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, overlayDrawn: 0, matcher: null, model: null, models: 0, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
   probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
@@ -196,6 +197,7 @@ function onMessage(channel, data) {
   }
   if (msg.type === "source") { showSource(msg); return; }
   if (msg.type === "uplink") { applyUplink(msg); return; }
+  if (msg.type === "model") { modelChanged(msg); return; }
   if (msg.type !== "result") return;
   if (edge.probe) {
     msg.arrival_ms = probe.wallMs();
@@ -314,6 +316,22 @@ async function refreshStatus() {
   }
 }
 
+// The server swapped its model (deployed from the page, or rolled back): new classes, maybe another number of
+// exits; the charts and counts start again for it.
+function modelChanged(msg) {
+  edge.model = msg;
+  edge.models += 1;
+  charts = null;
+  for (const id of ["chart-exit", "chart-conf", "chart-budget", "chart-rtt", "chart-rate"]) {
+    const c = $(id); c.getContext("2d").clearRect(0, 0, c.width, c.height);
+  }
+  makeCharts(msg.num_exits);
+  edge.reused = 0;
+  refreshStatus();
+  if (teach) teach.refresh();
+}
+
+const teach = initTeach(api, edge);
 $("connect").onclick = connect;
 $("video-back").checked = params.get("video") === "1";
 if (probe) { probe.watchDisplay($("video"), edge.probe); $("g2g-row").hidden = false; }

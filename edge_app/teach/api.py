@@ -1,0 +1,226 @@
+"""The HTTP API behind the page's "Teach it your scene" panel (docs/teach.md lists every call). Everything is
+behind the token when one is set; bad input gets a 4xx with a reason.
+
+    GET    /api/sources                                     what can be captured (cameras, open browser sessions)
+    GET    /api/datasets                                    POST {"name"}: create
+    GET    /api/datasets/{ds}                               classes, counts per split, recent frame ids
+    POST   /api/datasets/{ds}/classes                       {"name"}            DELETE .../classes/{cls}
+    POST   /api/datasets/{ds}/classes/{cls}/capture         {"source", "seconds": 0 (a snapshot) or S, "fps"}
+    GET    /api/recordings/{id}
+    GET    /api/datasets/{ds}/frames/{frame}.jpg            DELETE /api/datasets/{ds}/frames/{frame}
+    POST   /api/training                                    {"dataset", "epochs"?}: start (409 while one runs)
+    GET    /api/training/{id}                               progress; DELETE: cancel
+    GET    /api/models                                      versions, in use, per-exit held-out accuracy and cost
+    POST   /api/models/{name}/deploy                        swap it in (422 when it fails validation)
+    POST   /api/models/rollback                             back to the model before
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from edge_app.config import AppConfig
+from edge_app.hub import Hub
+from edge_app.pipeline import AnalysisPipeline
+from edge_app.teach.capture import Recorder
+from edge_app.teach.jobs import Trainer
+from edge_app.teach.registry import ModelRegistry
+from edge_app.teach.store import DatasetError, DatasetStore
+from models.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+
+class Teach:
+    """The capture, training and deployment state of one app."""
+
+    def __init__(self, config: AppConfig, hub: Hub) -> None:
+        t = config.training
+        self.hub = hub
+        self.store = DatasetStore(config.resolve(t.data_dir), t.block_s)
+        self.registry = ModelRegistry(config.resolve(t.models_dir), config.model_path)
+        self.recorder = Recorder(self.store, self.pipeline_for, t.max_record_s)
+        self.trainer = Trainer(self.store, t, config.resolve(t.models_dir))
+        self._swap = asyncio.Lock()
+
+    def pipeline_for(self, source: str) -> AnalysisPipeline:
+        kind, _, name = source.partition(":")
+        if kind == "camera" and name in self.hub.camera_pipelines:
+            return self.hub.camera_pipelines[name]
+        if kind == "session" and name in self.hub.sessions and self.hub.sessions[name].own_pipeline is not None:
+            pipe = self.hub.sessions[name].own_pipeline
+            assert pipe is not None
+            return pipe
+        raise DatasetError(f"no source {source!r}: use camera:NAME (one of {sorted(self.hub.camera_pipelines)}) "
+                           "or session:ID of an open session that sends its camera (GET /api/sources)", 404)
+
+    def sources(self) -> list[dict[str, Any]]:
+        out = [{"id": f"camera:{n}", "kind": "camera", "name": n} for n in self.hub.camera_pipelines]
+        out += [{"id": f"session:{s.id}", "kind": "browser", "name": s.id} for s in self.hub.sessions.values()
+                if s.own_pipeline is not None]
+        return out
+
+    async def deploy(self, name: str, rollback: bool = False) -> dict[str, Any]:
+        async with self._swap:
+            folder = self.registry.validate(name)
+            try:
+                service = await self.hub.swap_model(folder)
+            except (ModelError, OSError, ValueError) as exc:
+                raise DatasetError(f"model {name!r} failed validation and was not swapped in: {exc}", 422) from exc
+            if rollback:
+                self.registry.rolled_back()
+            else:
+                self.registry.deployed(name)
+            log.info("model %s %s", name, "restored (rollback)" if rollback else "deployed")
+            return {"model": name, "classes": service.class_names, "folder": str(folder)}
+
+    async def rollback(self) -> dict[str, Any]:
+        return await self.deploy(self.registry.previous(), rollback=True)
+
+    def status(self) -> dict[str, Any]:
+        job = self.trainer.running
+        return {"model_in_use": self.registry.active, "training": None if job is None else job.status()}
+
+
+TEACH_KEY = web.AppKey("teach", Teach)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise DatasetError(f"the body must be a JSON object ({exc})") from exc
+    if not isinstance(body, dict):
+        raise DatasetError("the body must be a JSON object")
+    return body
+
+
+def _number(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DatasetError(f"{key!r} must be a number")
+    return float(value)
+
+
+def _handler(fn: Callable[[web.Request, Teach], Awaitable[web.StreamResponse]]) -> Handler:
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            return await fn(request, request.app[TEACH_KEY])
+        except DatasetError as exc:
+            return web.json_response({"error": exc.reason}, status=exc.status)
+    return wrapped
+
+
+async def sources(request: web.Request, t: Teach) -> web.Response:
+    return web.json_response({"sources": t.sources()})
+
+
+async def datasets(request: web.Request, t: Teach) -> web.Response:
+    if request.method == "POST":
+        name = (await _body(request)).get("name")
+        t.store.create(name)  # type: ignore[arg-type]
+        return web.json_response(t.store.summary(name), status=201)  # type: ignore[arg-type]
+    return web.json_response({"datasets": [t.store.summary(d) for d in t.store.datasets()]})
+
+
+async def dataset(request: web.Request, t: Teach) -> web.Response:
+    return web.json_response(t.store.summary(request.match_info["ds"]))
+
+
+async def classes(request: web.Request, t: Teach) -> web.Response:
+    ds = request.match_info["ds"]
+    if request.method == "DELETE":
+        removed = t.store.delete_class(ds, request.match_info["cls"])
+        return web.json_response({"deleted_frames": removed, **t.store.summary(ds)})
+    t.store.add_class(ds, (await _body(request)).get("name"))  # type: ignore[arg-type]
+    return web.json_response(t.store.summary(ds), status=201)
+
+
+async def capture(request: web.Request, t: Teach) -> web.Response:
+    body = await _body(request)
+    source = body.get("source")
+    if not isinstance(source, str):
+        raise DatasetError("'source' is required: camera:NAME or session:ID (GET /api/sources)")
+    rec = await t.recorder.record(request.match_info["ds"], request.match_info["cls"], source,
+                                  _number(body, "seconds", 0.0), _number(body, "fps", 10.0), bool(body.get("wait")))
+    return web.json_response(rec.status(), status=200 if rec.state != "recording" else 202)
+
+
+async def recording(request: web.Request, t: Teach) -> web.Response:
+    try:
+        rec_id = int(request.match_info["id"])
+    except ValueError as exc:
+        raise DatasetError("a recording id is a number", 404) from exc
+    return web.json_response(t.recorder.get(rec_id).status())
+
+
+async def frame(request: web.Request, t: Teach) -> web.StreamResponse:
+    ds, fid = request.match_info["ds"], request.match_info["frame"]
+    if request.method == "DELETE":
+        t.store.delete_frame(ds, fid)
+        return web.json_response({"deleted": fid})
+    return web.FileResponse(t.store.frame_path(ds, fid.removesuffix(".jpg")), headers={"Cache-Control": "max-age=3600"})
+
+
+async def training(request: web.Request, t: Teach) -> web.Response:
+    body = await _body(request)
+    ds = body.get("dataset")
+    if not isinstance(ds, str):
+        raise DatasetError("'dataset' is required")
+    epochs = body.get("epochs")
+    if epochs is not None and (not isinstance(epochs, int) or not 1 <= epochs <= 500):
+        raise DatasetError("'epochs' must be a whole number from 1 to 500")
+    job = await t.trainer.start(ds, t.registry.folder(t.registry.active), epochs)
+    return web.json_response(job.status(), status=202)
+
+
+async def training_job(request: web.Request, t: Teach) -> web.Response:
+    job_id = request.match_info["id"]
+    job = await t.trainer.cancel(job_id) if request.method == "DELETE" else t.trainer.get(job_id)
+    return web.json_response(job.status())
+
+
+async def models(request: web.Request, t: Teach) -> web.Response:
+    return web.json_response({"in_use": t.registry.active, "history": t.registry.history(),
+                              "models": t.registry.versions()})
+
+
+async def deploy(request: web.Request, t: Teach) -> web.Response:
+    return web.json_response(await t.deploy(request.match_info["name"]))
+
+
+async def rollback(request: web.Request, t: Teach) -> web.Response:
+    return web.json_response(await t.rollback())
+
+
+def add_routes(app: web.Application, hub: Hub, config: AppConfig) -> Teach:
+    teach = app[TEACH_KEY] = Teach(config, hub)
+    r = app.router
+    r.add_get("/api/sources", _handler(sources))
+    r.add_route("*", "/api/datasets", _handler(datasets))
+    r.add_get("/api/datasets/{ds}", _handler(dataset))
+    r.add_post("/api/datasets/{ds}/classes", _handler(classes))
+    r.add_delete("/api/datasets/{ds}/classes/{cls}", _handler(classes))
+    r.add_post("/api/datasets/{ds}/classes/{cls}/capture", _handler(capture))
+    r.add_get("/api/recordings/{id}", _handler(recording))
+    r.add_get("/api/datasets/{ds}/frames/{frame}", _handler(frame))
+    r.add_delete("/api/datasets/{ds}/frames/{frame}", _handler(frame))
+    r.add_post("/api/training", _handler(training))
+    r.add_get("/api/training/{id}", _handler(training_job))
+    r.add_delete("/api/training/{id}", _handler(training_job))
+    r.add_get("/api/models", _handler(models))
+    r.add_post("/api/models/rollback", _handler(rollback))
+    r.add_post("/api/models/{name}/deploy", _handler(deploy))
+
+    async def stop(app: web.Application) -> None:
+        await teach.recorder.stop()
+        await teach.trainer.stop()
+
+    app.on_shutdown.append(stop)
+    return teach

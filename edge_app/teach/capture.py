@@ -1,0 +1,120 @@
+"""Capture frames of a live source into a class: one snapshot, or N frames a second for S seconds.
+
+A source is ``camera:NAME`` (a configured camera) or ``session:ID`` (a browser's own camera, while its session
+is open). Frames are taken from the source's analysis as it decodes them (before anything is drawn on them),
+copied, and written to the dataset store in a media thread; the analysis itself is not slowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edge_app.pipeline import AnalysisPipeline
+from edge_app.teach.store import DatasetError, DatasetStore
+
+Resolve = Callable[[str], AnalysisPipeline]
+
+
+@dataclass
+class Recording:
+    id: int
+    dataset: str
+    cls: str
+    source: str
+    fps: float
+    seconds: float
+    started_s: float = field(default_factory=time.monotonic)
+    saved: int = 0
+    failed: int = 0
+    state: str = "recording"  # recording, done, failed
+    error: str | None = None
+    frame_ids: list[str] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        return {"id": self.id, "dataset": self.dataset, "class": self.cls, "source": self.source, "fps": self.fps,
+                "seconds": self.seconds, "saved": self.saved, "state": self.state, "error": self.error,
+                "elapsed_s": round(time.monotonic() - self.started_s, 1), "frames": self.frame_ids[-200:]}
+
+
+class Recorder:
+    def __init__(self, store: DatasetStore, resolve: Resolve, max_seconds: float) -> None:
+        self.store, self.resolve, self.max_seconds = store, resolve, max_seconds
+        self.recordings: dict[int, Recording] = {}
+        self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def record(self, dataset: str, cls: str, source: str, seconds: float = 0.0, fps: float = 10.0,
+                     wait: bool = False) -> Recording:
+        """``seconds`` 0: one snapshot (waited for). Else a recording in the background (``wait``: until done)."""
+        self.store.classes(dataset)
+        self.store._class_dir(dataset, cls)
+        if not 0 <= seconds <= self.max_seconds:
+            raise DatasetError(f"seconds must be between 0 and {self.max_seconds:g} ([training] max_record_s)")
+        if not 0.1 <= fps <= 30:
+            raise DatasetError("fps must be between 0.1 and 30")
+        pipe = self.resolve(source)
+        rec = Recording(next(self._ids), dataset, cls, source, fps, seconds)
+        self.recordings[rec.id] = rec
+        task = asyncio.create_task(self._run(rec, pipe), name=f"record-{rec.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if wait or seconds == 0:
+            await task
+        return rec
+
+    async def _run(self, rec: Recording, pipe: AnalysisPipeline) -> None:
+        loop = asyncio.get_running_loop()
+        pending: list[asyncio.Future[Any]] = []
+        last = [-1e9]
+        snapshot = rec.seconds == 0
+        got_one = asyncio.Event()
+
+        def tap(seq: int, rgb: np.ndarray) -> None:
+            now = time.monotonic()
+            if (snapshot and got_one.is_set()) or now - last[0] < 0.95 / rec.fps:
+                return
+            last[0] = now
+            got_one.set()
+            frame = rgb.copy()
+            pending.append(loop.run_in_executor(pipe.engine.media, self._save, rec, frame))
+
+        pipe.frame_taps.add(tap)
+        try:
+            if snapshot:
+                await asyncio.wait_for(got_one.wait(), 5.0)
+            else:
+                await asyncio.sleep(rec.seconds)
+        except TimeoutError:
+            rec.state, rec.error = "failed", f"no frame from {rec.source} for 5 s (is it streaming?)"
+        finally:
+            pipe.frame_taps.discard(tap)
+        await asyncio.gather(*pending, return_exceptions=True)
+        if rec.state == "recording":
+            rec.state = "done" if rec.saved else "failed"
+            rec.error = None if rec.saved else f"no frame arrived from {rec.source}"
+
+    def _save(self, rec: Recording, rgb: np.ndarray) -> None:
+        try:
+            frame = self.store.add_frame(rec.dataset, rec.cls, rgb, rec.source)
+        except (DatasetError, OSError) as exc:
+            rec.failed += 1
+            rec.error = str(exc)
+            return
+        rec.saved += 1
+        rec.frame_ids.append(frame.id)
+
+    def get(self, rec_id: int) -> Recording:
+        if rec_id not in self.recordings:
+            raise DatasetError(f"no recording {rec_id}", 404)
+        return self.recordings[rec_id]
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()

@@ -1,0 +1,163 @@
+"""Teach it your scene, end to end, through the page in Chromium.
+
+A real RTSP camera (gst-rtsp-server, H.264) shows a scene the shipped model never saw: a photo of a launch pad,
+with or without a cat in it, in changing light, with noise and a little camera shake (edge_app/bench/scene.py).
+The test switches what the camera shows by rewriting the JPEG clip the server loops. Through the page it adds
+two classes, records each while the camera shows it (>= 100 frames per class), trains on the CPU, reads the
+held-out per-exit accuracy, deploys without restarting the server, and then checks the live raw answers on new
+frames of the scene (other light, other positions) while the page's data channel stays connected throughout;
+rolling back restores the shipped model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from conftest import skip_or_fail
+
+from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
+from edge_app.bench.scene import write_clip
+from edge_app.teach.jobs import missing_train_extra
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "artifacts" / "test-teach"
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+class SceneCamera:
+    """What the RTSP camera shows: ``state`` in ``phase``, a new clip every ``every_s`` (light and places drift)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.state, self.phase, self.seed = folder, "empty", "train", 0
+
+    def show(self, state: str, phase: str | None = None) -> None:
+        self.state, self.phase = state, phase or self.phase
+        self.seed += 1
+        write_clip(self.folder, self.state, self.seed * 7919 + (10**6 if self.phase == "test" else 0), 30,
+                   self.phase)
+
+    @contextlib.asynccontextmanager
+    async def drifting(self, every_s: float = 2.0) -> AsyncIterator[None]:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(every_s)
+                await asyncio.to_thread(self.show, self.state)
+        task = asyncio.create_task(loop())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+async def _status(base: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http, http.get(f"{base}/status") as r:
+        return dict(await r.json())
+
+
+async def _record(page: Any, cls: str) -> dict[str, Any]:
+    await page.click(f"button.teach-record[data-cls='{cls}']")
+    await page.wait_for_function(f"() => edge.teach.recording && edge.teach.recording.class === '{cls}' && "
+                                 "edge.teach.recording.state !== 'recording'", timeout=60_000)
+    return dict(await page.evaluate("() => edge.teach.recording"))
+
+
+async def _live_accuracy(page: Any, camera: SceneCamera, classes: list[str], seconds: float = 6.0
+                         ) -> tuple[int, int]:
+    """Show each state in the test phase (new light and positions) and count raw answers that name it."""
+    right = total = 0
+    for state in ("empty", "cat", "empty", "cat"):
+        await asyncio.to_thread(camera.show, state, "test")
+        async with camera.drifting(1.5):
+            await asyncio.sleep(2.5)  # the clip loops within a second; the pipeline catches up
+            start = await page.evaluate("() => edge.results")
+            await asyncio.sleep(seconds / 2)
+            got = await page.evaluate(f"(n0) => edge.recent.slice(-(edge.results - n0)).filter((m) => !m.reused)"
+                                      ".map((m) => m.raw.class)", start)
+        right += sum(1 for c in got if classes[c] == state)
+        total += len(got)
+    return right, total
+
+
+async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Callable[..., Any], serve: Any,
+                                                                browser: Any, tmp_path: Path) -> None:
+    if not gst_rtsp_available() or shutil.which("chromium") is None:
+        skip_or_fail("needs GStreamer's RTSP server for the system Python and chromium (.ci/run installs them)")
+    if missing_train_extra():
+        skip_or_fail(f"needs the train extra ({missing_train_extra()}); .ci/run installs it")
+    camera = SceneCamera(tmp_path / "scene")
+    camera.show("empty")
+    server = RtspServer(camera.folder / "%05d.jpg", free_port(), fps=15)
+    server.start()
+    cfg = app_config(cameras=[{"name": "door", "url": server.url}],
+                     training={"data_dir": str(tmp_path / "data"), "models_dir": str(tmp_path / "models"),
+                               "epochs": 10})
+    t0 = time.monotonic()
+    try:
+        async with serve(cfg) as base, browser(None) as page:
+            await page.goto(f"{base}/?camera=door")
+            await page.click("#connect")
+            await page.wait_for_function("() => edge.state === 'connected' && edge.results > 20", timeout=60_000)
+            session = await page.evaluate("() => edge.session")
+            shipped = (await _status(base))["model"]
+            await page.fill("#teach-dataset", "door")
+            await page.dispatch_event("#teach-dataset", "change")
+            for cls in ("empty", "cat"):
+                await page.fill("#teach-class", cls)
+                await page.click("#teach-add-class")
+                await page.wait_for_selector(f"button.teach-record[data-cls='{cls}']")
+            await page.fill("#teach-seconds", "16")
+            recorded = {}
+            for cls in ("empty", "cat"):
+                await asyncio.to_thread(camera.show, cls, "train")
+                async with camera.drifting():
+                    await asyncio.sleep(2.0)
+                    recorded[cls] = (await _record(page, cls))["saved"]
+            capture_s = time.monotonic() - t0
+
+            t1 = time.monotonic()
+            await page.click("#teach-train")
+            await page.wait_for_function("() => edge.teach.job && edge.teach.job.state !== 'running'",
+                                         timeout=300_000)
+            job = await page.evaluate("() => edge.teach.job")
+            train_s = time.monotonic() - t1
+            assert job["state"] == "succeeded", job
+            result = job["result"]
+            await page.click(f"button.teach-deploy[data-model='{result['model'].split('/')[-1]}']")
+            await page.wait_for_function("() => edge.models >= 1", timeout=60_000)
+            taught = (await _status(base))["model"]
+            shown = await page.text_content("#teach-models")
+            right, total = await _live_accuracy(page, camera, taught["classes"])
+
+            await page.click("#teach-rollback")
+            await page.wait_for_function("() => edge.models >= 2", timeout=60_000)
+            after = await _status(base)
+            kept = await page.evaluate("() => ({session: edge.session, state: edge.state, results: edge.results})")
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(ARTIFACTS / "teach.png"), full_page=True)
+    finally:
+        server.stop()
+    print(f"\nteach: frames recorded {recorded} in {capture_s:.0f} s; trained in {train_s:.0f} s "
+          f"(process {result['seconds']} s; frames per split {result['frames']}); held-out test accuracy per exit "
+          f"{result['test_accuracy']}, cost ms {result['costs_ms']}; policy {result['policy'].get('loss_kind')} "
+          f"lam {result['policy'].get('lam')}; live raw accuracy on new frames {right}/{total} = "
+          f"{right / max(total, 1):.3f}; model after deploy {taught['name']} {taught['classes']}, "
+          f"after roll back {after['model']['name']}")
+    assert min(recorded.values()) >= 100, recorded
+    assert taught["classes"] == ["cat", "empty"] and taught["name"] == result["model"].split("/")[-1], taught
+    assert [e["test_accuracy"] for e in taught["exits"]] == result["test_accuracy"], "/status has the held-out figures"
+    assert "exit 1" in (shown or "") and "(in use)" in (shown or ""), shown
+    assert total >= 100 and right / total >= 0.95, f"live raw accuracy {right}/{total}"
+    assert after["model"]["name"] == shipped["name"] and after["model"]["classes"] == shipped["classes"]
+    assert after["model_in_use"] == "default"
+    assert kept["session"] == session and kept["state"] == "connected", "the viewer stayed connected throughout"
+    assert after["sessions_closed"] == {} and len(after["sessions"]) == 1, after["sessions_closed"]
