@@ -81,7 +81,7 @@ async def _live_accuracy(page: Any, camera: SceneCamera, classes: list[str], sec
             await asyncio.sleep(2.5)  # the clip loops within a second; the pipeline catches up
             start = await page.evaluate("() => edge.results")
             await asyncio.sleep(seconds / 2)
-            got = await page.evaluate(f"(n0) => edge.recent.slice(-(edge.results - n0)).filter((m) => !m.reused)"
+            got = await page.evaluate("(n0) => edge.recent.slice(-(edge.results - n0)).filter((m) => !m.reused)"
                                       ".map((m) => m.raw.class)", start)
         right += sum(1 for c in got if classes[c] == state)
         total += len(got)
