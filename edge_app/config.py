@@ -160,6 +160,14 @@ class TrainingConfig(_Section):
     max_record_s: float = Field(120.0, gt=0, le=3600, description="longest recording one request may ask for")
 
 
+class DemoConfig(_Section):
+    enabled: bool = Field(False, description="offer the built-in demo camera (labelled digits on photos, looped) "
+                          "on the page, with live accuracy against its labels")
+    name: str = Field("demo", min_length=1, max_length=64, description="its camera name")
+    fps: float = Field(15.0, gt=0, le=60)
+    hold_frames: int = Field(15, ge=1, le=1000, description="frames each labelled image is shown for")
+
+
 class AppConfig(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -168,11 +176,12 @@ class AppConfig(_Section):
     smoothing: SmoothingConfig = Field(default_factory=SmoothingConfig)
     cameras: list[CameraConfig] = Field(default_factory=list)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    demo: DemoConfig = Field(default_factory=DemoConfig)
     base_dir: Path = Field(Path("."), exclude=True, description="folder of the config file (set by load_config)")
 
     @model_validator(mode="after")
     def _unique_cameras(self) -> AppConfig:
-        names = [c.name for c in self.cameras]
+        names = [c.name for c in self.cameras] + ([self.demo.name] if self.demo.enabled else [])
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"camera names must be unique; repeated: {dupes}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -136,4 +137,12 @@ class Decider:
             network=p.network.estimate, stages_ms=stages, latency_ms=latency_ms,
             deadline_met=latency_ms + p.budget.network_ms <= self.settings.budget.total_budget_ms,
             dropped_stale=dropped_stale, error=dec.error, reused=dec.exit_index < 0,
-            frame_size=(p.rgb.shape[1], p.rgb.shape[0]))
+            frame_size=(p.rgb.shape[1], p.rgb.shape[0]), **self._scored(p.sf.truth, dec, sm))
+
+    def _scored(self, truth: str | None, dec: FrameDecision, sm: Smoothed) -> dict[str, Any]:
+        """Against a labelled source's truth: whether the raw (not a reused) and the smoothed answers name it."""
+        if truth is None:
+            return {}
+        names = self.service.class_names
+        raw = None if dec.exit_index < 0 else names[dec.result.label] == truth
+        return {"truth": truth, "raw_correct": raw, "smoothed_correct": names[sm.label] == truth}

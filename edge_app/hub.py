@@ -36,6 +36,7 @@ from streams.aiortc_adapter import (
     skip_long_gaps,
     tap_rtcp,
 )
+from streams.demo import DemoCamera
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.redact import redact
@@ -44,6 +45,7 @@ from streams.sdp_check import offer_problem
 from streams.webrtc import TrackReader
 
 log = logging.getLogger(__name__)
+DEMO_FRAMES = Path(__file__).parent / "demo"  # labelled frames of the demo test split (labels.json)
 
 SDP_ERRORS = (ValueError, KeyError, IndexError, TypeError, InternalError, InvalidAccessError, InvalidStateError,
               OperationError)
@@ -87,6 +89,8 @@ class Hub:
             pipe.start()
             self.cameras[c.name] = cam
             self.camera_pipelines[c.name] = pipe
+        if self.config.demo.enabled:
+            self._start_demo()
         log.info("policy %s; %d camera(s) configured", self.policy.name, len(self.cameras))
 
     def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], network: Any,
@@ -206,6 +210,17 @@ class Hub:
         session.reader.start()
         session.own_pipeline.start()
 
+    def _start_demo(self) -> None:
+        """The built-in demo camera: labelled frames looped, analysed like any camera, scored live."""
+        d = self.config.demo
+        cam = DemoCamera(d.name, DEMO_FRAMES, d.fps, d.hold_frames)
+        cam.start()
+        assert cam.slot is not None
+        pipe = self._pipeline(d.name, d.name, cam.slot, lambda name=d.name: self.camera_network(name))
+        pipe.start()
+        self.cameras[d.name] = cam  # type: ignore[assignment]  # the shape of an RtspCamera
+        self.camera_pipelines[d.name] = pipe
+
     async def swap_model(self, folder: Path) -> InferenceService:
         """Serve ``folder`` from now on, without dropping a session or a camera: load and warm it up (off the event
         loop; ``ModelError`` / ``PolicyError`` when it does not load, and nothing changes), switch every pipeline
@@ -277,7 +292,16 @@ class Hub:
             "analysis_errors": pipe.errors, "deadline_misses": pipe.deadline_misses,
             "viewers": sum(1 for s in self.sessions.values() if s.camera == name),
             "frames_rendered": pipe.rendered,
+            "live_accuracy": _live_accuracy(pipe.scored),
             "last_result": None if last is None else {"label": self.service.class_names[last.smoothed_class],
                                                       "confidence": round(last.smoothed_confidence, 3),
                                                       "exit": last.exit},
         }
+
+
+def _live_accuracy(scored: dict[str, int]) -> dict[str, Any] | None:
+    """A labelled source's running accuracy under the model in use (None for a camera without labels)."""
+    if not scored["frames"]:
+        return None
+    return {"frames": scored["frames"], "raw": round(scored["raw_correct"] / max(1, scored["raw_frames"]), 4),
+            "smoothed": round(scored["smoothed_correct"] / scored["frames"], 4)}

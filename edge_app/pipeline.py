@@ -68,6 +68,7 @@ class AnalysisPipeline:
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a frame is between DECIDE and publish
         self._next: tuple[Engine, asyncio.Event] | None = None  # a model swap, applied between frames
+        self.scored = dict.fromkeys(("frames", "raw_frames", "raw_correct", "smoothed_correct"), 0)
         self.frame_taps: set[Callable[[int, np.ndarray], None]] = set()  # see each frame before RENDER draws on it
         slot.on_put = engine.metrics.frames_received.labels(metric_source).inc
         slot.on_drop = engine.metrics.frames_dropped.labels(metric_source, "analysis").inc
@@ -120,6 +121,7 @@ class AnalysisPipeline:
         self.decider = Decider(self.source, engine.service, engine.policy, self.settings,
                                [ex.test_accuracy for ex in engine.service.backend.manifest.exits])
         self.last = None
+        self.scored = dict.fromkeys(self.scored, 0)  # the new model's own figures
         done.set()
 
     @property
@@ -189,6 +191,11 @@ class AnalysisPipeline:
         m, src = self.engine.metrics, self.metric_source
         self.analysed += 1
         self.last = r
+        if r.truth is not None:  # a labelled source: live accuracy, for /status and the page
+            self.scored["frames"] += 1
+            self.scored["raw_frames"] += r.raw_correct is not None
+            self.scored["raw_correct"] += bool(r.raw_correct)
+            self.scored["smoothed_correct"] += bool(r.smoothed_correct)
         m.frames_analysed.labels(src).inc()
         if r.reused:
             self.reused += 1

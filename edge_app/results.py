@@ -55,6 +55,9 @@ class FrameResult:
     error: str | None = None  # a later segment failed; the answer comes from the exits before it
     reused: bool = False  # no exit ran (exit 0): even exit 1 would have been late, the smoothed answer so far
     frame_size: tuple[int, int] = (0, 0)  # (width, height) as decoded: a browser lowers it when bits are short
+    truth: str | None = None  # the label a labelled source says the frame shows (the demo camera)
+    raw_correct: bool | None = None  # the raw answer names it (None: no truth, or reused)
+    smoothed_correct: bool | None = None
 
     def to_compact_json(self, class_names: list[str]) -> dict[str, Any]:
         """What the page and a user's script need, about half of ``to_json``'s bytes (the default on the data
@@ -76,6 +79,8 @@ class FrameResult:
         }
         if self.stamp is not None:
             out["stamp"] = self.stamp
+        if self.truth is not None:
+            out["truth"] = self.truth_json()
         if self.error is not None:
             out["error"] = self.error
         return out
@@ -106,8 +111,12 @@ class FrameResult:
             "error": self.error,
             "reused": self.reused,
             "frame_size": list(self.frame_size),
+            "truth": None if self.truth is None else self.truth_json(),
             "detail": True,
         }
+
+    def truth_json(self) -> dict[str, Any]:
+        return {"label": self.truth, "raw_correct": self.raw_correct, "smoothed_correct": self.smoothed_correct}
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class SourceFrame:
     seq: int  # per-source arrival counter, from 0
     arrived_s: float  # time.monotonic() when it was decoded / received
     source: str
+    truth: str | None = None  # the label a labelled source (the demo camera) knows this frame shows
 
 
 class LatestSlot(Generic[T]):

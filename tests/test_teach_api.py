@@ -152,3 +152,38 @@ async def test_api_refuses_bad_input_and_swaps_models_under_a_viewer(
         status, st = await _json(http, "GET", f"{base}/status")
         assert len(st["sessions"]) == 1 and st["sessions_closed"] == {}, "the viewer stayed through both swaps"
         await viewer.pc.close()
+
+
+async def test_the_demo_camera_is_scored_live_against_its_labels(app_config: Callable[..., Any], serve: Any) -> None:
+    """The built-in demo source a newcomer can pick: labelled frames, each result scored against its label."""
+    from aiortc import RTCPeerConnection
+    from test_live_session import connect
+
+    cfg = app_config(demo={"enabled": True, "fps": 15.0, "hold_frames": 5})
+    async with serve(cfg) as base, aiohttp.ClientSession() as http:
+        pc = RTCPeerConnection()
+        pc.addTransceiver("video", direction="recvonly")
+        messages: list[dict[str, Any]] = []
+        channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
+
+        @channel.on("message")  # type: ignore[untyped-decorator]
+        def on_message(message: str) -> None:
+            msg = json.loads(message)
+            if msg["type"] == "ping":
+                channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
+            messages.append(msg)
+
+        await connect(base, pc, camera="demo")
+        for _ in range(200):
+            await asyncio.sleep(0.1)
+            if sum(1 for m in messages if m["type"] == "result") >= 150:
+                break
+        status, st = await _json(http, "GET", f"{base}/status")
+        await pc.close()
+    results = [m for m in messages if m["type"] == "result"]
+    demo = next(c for c in st["cameras"] if c["name"] == "demo")
+    print(f"demo camera: {demo['live_accuracy']} after {len(results)} results at the viewer")
+    assert len(results) >= 150 and all("truth" in m for m in results)
+    assert {m["truth"]["label"] for m in results} >= {"no digit"} and len({m["truth"]["label"] for m in results}) >= 5
+    acc = demo["live_accuracy"]
+    assert acc["frames"] >= 150 and acc["raw"] >= 0.8, acc

@@ -81,7 +81,8 @@ async function loadStatus() {
 function fillSources(status) {
   const sel = $("source"), keep = sel.value;
   sel.replaceChildren(new Option("my camera (this browser)", ""),
-    ...status.cameras.map((c) => new Option(`camera ${c.name} (${c.state})`, c.name)));
+    ...status.cameras.map((c) => new Option(c.transport === "demo" ? `${c.name}: labelled demo frames (live accuracy)`
+      : `camera ${c.name} (${c.state})`, c.name)));
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
   if (params.get("camera")) sel.value = params.get("camera");
 }
@@ -210,6 +211,7 @@ function onMessage(channel, data) {
   if (edge.recent.length > KEEP) edge.recent.shift();
   if (msg.reused) edge.reused += 1; else edge.exitCounts[msg.exit - 1] += 1;
   if (!msg.deadline_met) edge.misses += 1;
+  if (msg.truth) scoreTruth(msg.truth);
   const t = performance.now() / 1000;
   if (charts) {
     charts.exit.push(t, [msg.exit, msg.horizon, msg.deadline_met ? 0 : 1]);
@@ -306,7 +308,8 @@ async function refreshStatus() {
       const li = document.createElement("li");
       li.textContent = c === null ? "no cameras configured ([[cameras]] in config.toml)"
         : `${c.name}: ${c.state} over ${c.transport_in_use.toUpperCase()}` + (c.resolution ? ` ${c.resolution.join("×")}` : "") +
-          `, ${c.frames_analysed} frames analysed, ${c.reconnects} reconnects` + (c.last_error ? ` (last error: ${c.last_error})` : "");
+          `, ${c.frames_analysed} frames analysed, ${c.reconnects} reconnects` + (c.last_error ? ` (last error: ${c.last_error})` : "") +
+          (c.live_accuracy ? `; live accuracy raw ${(100 * c.live_accuracy.raw).toFixed(1)} %, smoothed ${(100 * c.live_accuracy.smoothed).toFixed(1)} % (${c.live_accuracy.frames} frames)` : "");
       li.className = c && c.state !== "streaming" ? "warn" : "";
       return li;
     }));
@@ -314,6 +317,16 @@ async function refreshStatus() {
   } catch (err) {
     $("health").textContent = `server unreachable (${err.message})`; $("health").className = "pill bad";
   }
+}
+
+// A labelled source (the demo camera) says what each frame shows: live accuracy of the raw and smoothed answers.
+function scoreTruth(t) {
+  const s = edge.truth = edge.truth || { frames: 0, raw: 0, rawFrames: 0, smoothed: 0 };
+  s.frames += 1; s.smoothed += t.smoothed_correct ? 1 : 0;
+  if (t.raw_correct !== null) { s.rawFrames += 1; s.raw += t.raw_correct ? 1 : 0; }
+  $("accuracy-row").hidden = false;
+  $("accuracy").textContent = `raw ${(100 * s.raw / Math.max(1, s.rawFrames)).toFixed(1)} % · smoothed ` +
+    `${(100 * s.smoothed / s.frames).toFixed(1)} % of ${s.frames} frames (this frame: ${t.label})`;
 }
 
 // The server swapped its model (deployed from the page, or rolled back): new classes, maybe another number of
@@ -327,6 +340,7 @@ function modelChanged(msg) {
   }
   makeCharts(msg.num_exits);
   edge.reused = 0;
+  edge.truth = null;  // accuracy starts again for the new model
   refreshStatus();
   if (teach) teach.refresh();
 }
