@@ -178,7 +178,7 @@ async def test_the_demo_camera_is_scored_live_against_its_labels(app_config: Cal
             await asyncio.sleep(0.1)
             if sum(1 for m in messages if m["type"] == "result") >= 150:
                 break
-        status, st = await _json(http, "GET", f"{base}/status")
+        _, st = await _json(http, "GET", f"{base}/status")
         await pc.close()
     results = [m for m in messages if m["type"] == "result"]
     demo = next(c for c in st["cameras"] if c["name"] == "demo")
