@@ -32,7 +32,7 @@ def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
 
     m = cfg.model
     backend = load_backend(m.backend, deployed_model(cfg), m.providers, m.threads, m.warmup_runs, m.cuda_device)
-    return InferenceService(backend, m.workers, m.cost_window)
+    return InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
 
 
 def deployed_model(cfg: AppConfig) -> Path:

@@ -80,6 +80,9 @@ class ModelConfig(_Section):
     cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
     backend: Literal["onnxruntime"] = Field("onnxruntime", description="inference backend (models.service.BACKENDS)")
     cuda_device: int = Field(0, ge=0, le=63, description="which GPU, when the CUDA provider is used")
+    batch_window_ms: float = Field(0.0, ge=0, le=50, description="gather frames of all sources this long and run "
+                                   "each segment once for all of them (per-frame exits stay); 0: frame by frame")
+    max_batch: int = Field(32, ge=1, le=1024, description="most frames in one batch")
 
 
 class PolicyConfig(_Section):

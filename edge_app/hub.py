@@ -231,7 +231,7 @@ class Hub:
         backend = await loop.run_in_executor(None, load_backend, m.backend, folder, m.providers, m.threads,
                                              m.warmup_runs, m.cuda_device)
         policy = policy_from_config(self.config.policy, folder)
-        service = InferenceService(backend, m.workers, m.cost_window)
+        service = InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
         service.start()
         old = self.engine
         self.service, self.policy = service, policy

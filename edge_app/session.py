@@ -215,9 +215,9 @@ class PeerSession:
                 self.video_rate.set_picture(frame.width, frame.height)
             self.outbound.offer(frame)
         if self.own_pipeline is not None and self.watched is self.own_pipeline:
-            # the whole transit above the floor: a queue on the way in raises the RTT too, which late_ms discounts
-            request = self.uplink.update(time.monotonic(), af.result.budget.arrival_delay_ms, af.result.frame_size[1],
-                                         self.receive_estimate_bps)
+            b = af.result.budget  # late_ms discounts a step in the path's delay; arrival shows a queue's growth
+            request = self.uplink.update(time.monotonic(), b.late_ms, af.result.frame_size[1],
+                                         self.receive_estimate_bps, b.arrival_delay_ms)
             if request is not None:  # the page applies it with RTCRtpSender.setParameters
                 log.info("session %s: asking the browser to send at most %d kbit/s, 1/%g resolution, %g fps",
                          self.id, request.max_bitrate_bps // 1000, request.scale_down, request.max_fps)

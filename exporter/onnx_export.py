@@ -52,7 +52,7 @@ class ParityError(ExporterError, RuntimeError):
 
 
 def export_segments(model: ThreeExitVGG, out: Path) -> list[Path]:
-    """One ONNX file per segment, batch size 1."""
+    """One ONNX file per segment, exported at batch size 1 and then given a dynamic batch axis."""
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -66,8 +66,43 @@ def export_segments(model: ThreeExitVGG, out: Path) -> list[Path]:
             nxt = seg(x)
         if isinstance(nxt, tuple):
             x = nxt[0]
+        if not make_batch_dynamic(path):
+            raise ExporterError(f"{path}: cannot give it a dynamic batch axis (an unexpected Reshape)")
         paths.append(path)
     return paths
+
+
+def make_batch_dynamic(path: Path) -> bool:
+    """Let a segment take any batch size: its input's and outputs' first dimension becomes the symbolic "batch", and
+    the Reshape before each exit's classifier flattens to (-1, C) instead of (1, C). The weights and every other
+    node are untouched, so a batch of one computes exactly what it did. False when the segment has a reshape
+    this does not know (it is then left as it was)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type != "Reshape":
+            continue
+        shape = inits.get(node.input[1])
+        if shape is None:
+            return False
+        value = numpy_helper.to_array(shape)
+        if value.ndim != 1 or value.size != 2 or value[0] not in (1, -1):
+            return False
+        shape.CopyFrom(numpy_helper.from_array(np.array([-1, value[1]], np.int64), shape.name))
+    for v in [*graph.input, *graph.output]:
+        dim = v.type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_value")
+        dim.dim_param = "batch"
+    del graph.value_info[:]  # intermediate shapes were inferred for batch 1: ONNX Runtime infers them again
+    onnx.checker.check_model(model)
+    tmp = path.with_name(path.name + ".partial")
+    onnx.save(model, str(tmp))
+    tmp.replace(path)
+    return True
 
 
 def cpu_sessions(paths: Sequence[Path], threads: int = SESSION_THREADS) -> list[ort.InferenceSession]:

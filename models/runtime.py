@@ -44,8 +44,9 @@ class ExitResult:
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max())
-    out: np.ndarray = e / e.sum()
+    """Over the last axis: one frame's logits (C,) or a batch's (n, C)."""
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    out: np.ndarray = e / e.sum(axis=-1, keepdims=True)
     return out
 
 
@@ -149,6 +150,40 @@ class ModelRuntime:
             while not run.done:
                 run.advance()
 
+    @property
+    def batchable(self) -> bool:
+        """Whether every segment takes a batch of frames (a dynamic first axis: ``python -m exporter batchify``)."""
+        return all(isinstance(sess.get_inputs()[0].shape[0], str) for sess in self.sessions)
+
+    def to_device(self, x: np.ndarray) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32), self.device, self.device_id)
+
+    def run_segment(self, k: int, value: ort.OrtValue) -> tuple[ort.OrtValue | None, np.ndarray, float]:
+        """Segment ``k`` on a batch ``value`` (an OrtValue on this runtime's device, IOBinding in and out): the
+        features for segment ``k + 1`` (left on the device), every frame's softmax (n, C) and the wall time."""
+        sess, spec = self.sessions[k], self.manifest.exits[k]
+        t0 = time.perf_counter()
+        try:
+            binding = sess.io_binding()
+            binding.bind_ortvalue_input(spec.input.name, value)
+            if spec.features is not None:
+                binding.bind_output(spec.features.name, self.device, self.device_id)
+            binding.bind_output(spec.logits.name, "cpu")
+            sess.run_with_iobinding(binding)
+            outs = binding.get_outputs()
+        except Exception as exc:  # onnxruntime's pybind errors have no common public base
+            raise SegmentRunError(f"segment {k + 1} ({spec.file}) failed: {exc}") from exc
+        ms = (time.perf_counter() - t0) * 1e3
+        return (outs[0] if spec.features is not None else None), softmax(outs[-1].numpy().astype(np.float64)), ms
+
+    def take(self, value: ort.OrtValue, rows: Sequence[int]) -> ort.OrtValue:
+        """The ``rows`` of a batch, for the frames that go on to the next segment. On the CPU a view-free numpy
+        gather; on a GPU the rows pass through the host (ONNX Runtime has no device-side gather without a graph
+        of its own), which only the frames that continue pay, and only when some stopped."""
+        if len(rows) == value.shape()[0]:
+            return value
+        return self.to_device(value.numpy()[list(rows)])
+
     def start(self, x: np.ndarray) -> InferenceRun:
         """Begin a frame; ``x`` is the preprocessed (1, 3, h, w) input."""
         return InferenceRun(self, x)
@@ -164,14 +199,19 @@ class ModelRuntime:
         return out
 
 
+def _per_frame(shape: Sequence[object]) -> list[object]:
+    """A session's tensor shape with a dynamic batch axis read as the manifest's batch of one."""
+    return [1 if i == 0 and isinstance(d, str) else d for i, d in enumerate(shape)]
+
+
 def _check_signature(path: Path, sess: ort.InferenceSession, input_name: str, input_shape: list[int],
                      outputs: Sequence[object]) -> None:
     inputs = sess.get_inputs()
-    if len(inputs) != 1 or inputs[0].name != input_name or list(inputs[0].shape) != input_shape:
+    if len(inputs) != 1 or inputs[0].name != input_name or _per_frame(inputs[0].shape) != input_shape:
         got = [(i.name, i.shape) for i in inputs]
         raise ModelFolderError(f"{path}: inputs {got} do not match the manifest ({input_name!r}, {input_shape})")
     want = [(o.name, o.shape) for o in outputs]  # type: ignore[attr-defined]
-    got_out = [(o.name, list(o.shape)) for o in sess.get_outputs()]
+    got_out = [(o.name, _per_frame(o.shape)) for o in sess.get_outputs()]
     if got_out != want:
         raise ModelFolderError(f"{path}: outputs {got_out} do not match the manifest {want}")
 

@@ -106,13 +106,20 @@ class ChainOutcome:
 class InferenceService:
     """Runs frames' chains on one backend in ``workers`` threads; ``start()`` / ``async stop()``."""
 
-    def __init__(self, backend: InferenceBackend, workers: int = 1, cost_window: int = 256) -> None:
+    def __init__(self, backend: InferenceBackend, workers: int = 1, cost_window: int = 256,
+                 batch_window_ms: float = 0.0, max_batch: int = 32) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.backend = backend
         self.workers = workers
         self.costs = [RunningCost(ms, cost_window) for ms in backend.prior_costs_ms]
-        self.segment_runs = [0] * backend.num_exits  # how often each segment ran
+        self.segment_runs = [0] * backend.num_exits  # how often each segment ran (per frame, batched or not)
+        self.batch_window_s = batch_window_ms / 1e3
+        self.max_batch = max_batch
+        self.batches = 0  # segment-1 batches run, and the frames in them
+        self.batched_frames = 0
+        self._pending: list[tuple[ChainRequest, asyncio.Future[ChainOutcome]]] = []
+        self._flush: asyncio.TimerHandle | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     @property
@@ -123,24 +130,112 @@ class InferenceService:
     def class_names(self) -> list[str]:
         return self.backend.class_names
 
+    @property
+    def batching(self) -> bool:
+        """Frames from all sources are gathered for ``batch_window_ms`` and run as one batch per segment."""
+        return self.batch_window_s > 0 and bool(getattr(self.backend, "batchable", False))
+
     def predicted_costs_ms(self) -> list[float]:
-        """What each segment is expected to cost at worst (the running high percentile)."""
-        return [c.high_ms for c in self.costs]
+        """What each segment is expected to cost at worst (the running high percentile; a batch's wall time when
+        batching, and segment 1 also waits for the batch window)."""
+        costs = [c.high_ms for c in self.costs]
+        if self.batching:
+            costs[0] += self.batch_window_s * 1e3
+        return costs
 
     def start(self) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inference")
 
     async def stop(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        for _, fut in self._pending:
+            if not fut.done():
+                fut.set_exception(SegmentRunError("the inference service stopped"))
+        self._pending = []
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
     async def run(self, request: ChainRequest) -> ChainOutcome:
-        """Run ``request`` in an inference thread; raises ``SegmentRunError`` when exit 1 itself fails."""
+        """Run ``request`` in an inference thread; raises ``SegmentRunError`` when exit 1 itself fails. When
+        batching, it waits (at most the window) for frames of other sources to share its batch."""
         if self._pool is None:
             raise RuntimeError("the inference service is not started")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self.run_now, request)
+        loop = asyncio.get_running_loop()
+        if not self.batching:
+            return await loop.run_in_executor(self._pool, self.run_now, request)
+        fut: asyncio.Future[ChainOutcome] = loop.create_future()
+        self._pending.append((request, fut))
+        if len(self._pending) >= self.max_batch:
+            self._dispatch()
+        elif self._flush is None:
+            self._flush = loop.call_later(self.batch_window_s, self._dispatch)
+        return await fut
+
+    def _dispatch(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        batch, self._pending = self._pending, []
+        if not batch or self._pool is None:
+            return
+        job = asyncio.get_running_loop().run_in_executor(self._pool, self.run_batch_now, [r for r, _ in batch])
+
+        def done(f: asyncio.Future[list[ChainOutcome | SegmentRunError]]) -> None:
+            outcomes: list[ChainOutcome | BaseException] = (
+                [f.exception()] * len(batch) if f.exception() is not None else list(f.result()))  # type: ignore[list-item]
+            for (_, fut), out in zip(batch, outcomes, strict=True):
+                if fut.done():
+                    continue
+                if isinstance(out, BaseException):
+                    fut.set_exception(out)
+                else:
+                    fut.set_result(out)
+
+        job.add_done_callback(done)
+
+    def run_batch_now(self, requests: Sequence[ChainRequest]) -> list[ChainOutcome | SegmentRunError]:
+        """Several frames' chains at once: segment 1 on all of them, then the policy decides per frame, and
+        segment 2 runs on the frames that go on (each within its own horizon), and so on. Every frame gets what
+        ``run_now`` would give it; its ``actual_ms`` is the wall time of the batches it was in."""
+        be: Any = self.backend
+        n = len(requests)
+        decides = [r.policy.start(r.max_exits) for r in requests]
+        results: list[list[ExitResult]] = [[] for _ in range(n)]
+        errors: list[str | None] = [None] * n
+        elapsed = [0.0] * n
+        active = list(range(n))
+        value = be.to_device(np.concatenate([r.x for r in requests]))
+        self.batches += 1
+        self.batched_frames += n
+        for k in range(be.num_exits):
+            try:
+                feats, probs, ms = be.run_segment(k, value)
+            except SegmentRunError as exc:
+                if k == 0:
+                    return [exc] * n
+                for i in active:
+                    errors[i] = str(exc)  # a failing segment costs depth, not the answer
+                break
+            self.costs[k].record(ms)
+            self.segment_runs[k] += len(active)
+            keep = []
+            for j, i in enumerate(active):
+                p = probs[j]
+                label = int(p.argmax())
+                results[i].append(ExitResult(k, p, label, float(p[label]), ms))
+                elapsed[i] += ms
+                stop = decides[i].observe(p)
+                if not (k + 1 >= requests[i].max_exits or (stop and k + 1 >= requests[i].min_exits)):
+                    keep.append(j)
+            if not keep or feats is None:
+                break
+            value = be.take(feats, keep)
+            active = [active[j] for j in keep]
+        return [ChainOutcome(tuple(results[i]), decides[i].choice, elapsed[i], errors[i]) for i in range(n)]
 
     def run_now(self, request: ChainRequest) -> ChainOutcome:
         """The chain walk itself, in the calling thread (the service's threads, or an offline tool's)."""

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -132,6 +133,7 @@ class UplinkController:
     MAX_BPS = 2_000_000.0
     MIN_BPS = 120_000.0  # lower, and a keyframe takes seconds to cross the link: lateness, not less of it
     WARMUP_S = 5.0  # the first seconds of a session are late anyway (connecting, the encoder ramping up)
+    RAMP_MS = 15.0  # transit up this much in each half of the last second: a queue filling, not a step
 
     def __init__(self, min_height: int = 240) -> None:
         self.min_height = min_height
@@ -143,19 +145,37 @@ class UplinkController:
         self._late_since: float | None = None
         self._calm_since: float | None = None
         self._changed_s = -1e9
+        self._arrivals: deque[tuple[float, float]] = deque()
 
     @property
     def level(self) -> int:
         """0 while no limit is asked for; else how many halvings below the start the cap is (for /status)."""
         return 0 if self.cap_bps is None else 1 + max(0, round(math.log2(self.START_BPS / self.cap_bps)))
 
+    def queue_growing(self, now_s: float, arrival_ms: float) -> bool:
+        """Whether the frames' whole transit (``arrival_ms``, above the path's floor) has kept growing for the last
+        second: a queue filling on the way in. A step in the path's delay raises it once and then stays; and
+        ``late_ms``, which discounts what the RTT shows, misses an uplink queue when a queue on the way back
+        raises the RTT as much."""
+        hist = self._arrivals
+        hist.append((now_s, arrival_ms))
+        while hist and hist[0][0] < now_s - 1.2:
+            hist.popleft()
+        if arrival_ms < self.LATE_MS or hist[0][0] > now_s - 0.9:
+            return False
+        mid = min(hist, key=lambda h: abs(h[0] - (now_s - 0.5)))[1]
+        return mid >= hist[0][1] + self.RAMP_MS and arrival_ms >= mid + self.RAMP_MS
+
     def update(self, now_s: float, late_ms: float, frame_height: int = 480,
-               incoming_bps: float | None = None) -> UplinkRequest | None:
-        """A frame arrived ``late_ms`` late: the new request when the cap changes, else None."""
+               incoming_bps: float | None = None, arrival_ms: float | None = None) -> UplinkRequest | None:
+        """A frame arrived ``late_ms`` late (its transit above the floor, less what the RTT already shows;
+        ``arrival_ms``: not less it): the new request when the cap changes, else None."""
         self._first_s = now_s if self._first_s is None else self._first_s
         self._full_height = max(self._full_height, frame_height)
         if now_s - self._first_s < self.WARMUP_S:
             return None
+        if arrival_ms is not None and self.queue_growing(now_s, arrival_ms):
+            late_ms = max(late_ms, arrival_ms)
         if late_ms >= self.LATE_MS:
             self._calm_since = None
             if self._late_since is None:

@@ -80,3 +80,18 @@ def test_uplink_cap_is_cut_while_frames_queue_and_raised_when_calm() -> None:
     back = u.update(11.3, 10.0)
     assert back is not None and back.max_bitrate_bps == 150_000 and u.level > 0
     assert second.message()["type"] == "uplink"
+
+
+def test_uplink_reads_a_growing_transit_as_a_queue_and_a_step_as_none() -> None:
+    step, queue = UplinkController(), UplinkController()
+    step.update(0.0, 0.0, 480)
+    queue.update(0.0, 0.0, 480)
+    for i in range(90):  # 3 s of frames after the warm-up
+        t = 6.0 + i / 30
+        arrival = 0.0 if i < 10 else 65.0  # the path's delay steps up 65 ms one way, and stays
+        assert step.update(t, 0.0, 480, None, arrival) is None, "a step in delay is no queue"
+        grow = max(0.0, (i - 10) * 8.0)  # transit grows 240 ms a second: a queue filling
+        req = queue.update(t, 0.0, 480, None, grow)
+        if req is not None:
+            break
+    assert req is not None and t < 7.8, "a filling queue is cut within ~1.5 s, though late_ms (discounted) says 0"
