@@ -1,5 +1,6 @@
 """The benchmarks' and offline tools' subcommands: ``edge-app bench-model``, ``bench-policy``, ``bench-pipeline``,
-``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``evaluate``, ``codec-traces``.
+``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``bench-batching``, ``evaluate``,
+``codec-traces``.
 
 ``edge_app.cli`` adds them to its parser for every command but ``serve``; each imports its module only when it runs.
 """
@@ -172,8 +173,26 @@ def cmd_bench_network(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_batching(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench.batching import bench
+
+    cfg = load_config(args.config)
+    print(asyncio.run(bench(cfg, args.streams, args.seconds, args.window_ms, args.fps, args.threads)))
+    return 0
+
+
 def add_tool_commands(sub: Any) -> None:
     """The benchmarks and offline tools' subcommands (``edge-app bench-*``, ``evaluate``, ``codec-traces``)."""
+    bb = sub.add_parser("bench-batching", help="the inference service frame by frame vs batched across streams")
+    bb.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bb.add_argument("--streams", type=int, default=8)
+    bb.add_argument("--seconds", type=float, default=10.0)
+    bb.add_argument("--window-ms", type=float, default=2.0, help="the batch window of the batched run")
+    bb.add_argument("--fps", type=float, default=30.0, help="each stream's rate in the open-loop run")
+    bb.add_argument("--threads", type=int, help="intra-op threads (default [model] threads)")
+    bb.set_defaults(func=cmd_bench_batching)
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
     model_args(b)
     b.add_argument("--frames", type=int, default=300)
