@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -27,11 +28,12 @@ DEMO = Path(__file__).resolve().parents[1] / "demo"
 
 def demo_inputs(rt: ModelRuntime) -> list[np.ndarray]:
     index = json.loads((DEMO / "labels.json").read_text())["frames"]
-    return [rt.preprocess(cv2.cvtColor(cv2.imread(str(DEMO / f["file"])), cv2.COLOR_BGR2RGB)) for f in index]
+    return [rt.preprocess(cv2.cvtColor(np.asarray(cv2.imread(str(DEMO / f["file"]))), cv2.COLOR_BGR2RGB))
+            for f in index]
 
 
 async def _streams(service: InferenceService, reqs: list[ChainRequest], streams: int, seconds: float,
-                   fps: float | None) -> dict[str, object]:
+                   fps: float | None) -> dict[str, Any]:
     lat: list[float] = []
     exits = [0] * (service.num_exits + 1)
 
