@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +23,13 @@ from edge_app.budget import send_time_ms, worst_network
 from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
 from edge_app.errors import EdgeAppError
+from edge_app.governor import LoadGovernor, arrivals_of
 from edge_app.metrics import Metrics
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
+from models.operating import OperatingPoint, operating_points
 from models.service import InferenceService, load_backend
 from streams.aiortc_adapter import (
     answer_as_dtls_server,
@@ -72,6 +75,7 @@ class Hub:
         self.camera_pipelines: dict[str, AnalysisPipeline] = {}
         self.sessions: dict[str, PeerSession] = {}
         self.closed: dict[str, int] = {}  # sessions closed so far, by reason
+        self.governor: LoadGovernor | None = None  # [policy] adapt_to_load
         b = config.budget
         self._prior = NetworkView(snapshot(RttEstimator(b.rtt_prior_ms), BitrateEstimator(b.bitrate_prior_kbps * 1e3)),
                                   JSON_RESULT_BYTES)
@@ -91,7 +95,33 @@ class Hub:
             self.camera_pipelines[c.name] = pipe
         if self.config.demo.enabled:
             self._start_demo()
+        if self.config.policy.adapt_to_load:
+            await self._start_governor(self.service.backend.folder)
         log.info("policy %s; %d camera(s) configured", self.policy.name, len(self.cameras))
+
+    def pipelines(self) -> list[AnalysisPipeline]:
+        return [*self.camera_pipelines.values(), *(s.own_pipeline for s in self.sessions.values() if s.own_pipeline)]
+
+    async def _start_governor(self, folder: Path) -> None:
+        """The load-adaptive operating point (``edge_app.governor``) for the model in ``folder``."""
+        if self.governor is not None:
+            await self.governor.stop()
+        points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, self.policy)
+        self.governor = LoadGovernor(points, self.config.policy.load_headroom, self.config.model.workers)
+        self.governor.start(lambda: arrivals_of(p.slot for p in self.pipelines()),
+                            lambda: sum(c.median_ms for c in self.service.costs), self._use_point)
+        self._use_point(points[0])
+
+    def _use_point(self, point: OperatingPoint) -> None:
+        self.policy = point.policy
+        self.engine = replace(self.engine, policy=point.policy)
+        for pipe in self.pipelines():
+            pipe.engine = replace(pipe.engine, policy=point.policy)
+            pipe.decider.scheduler.policy = point.policy
+        if self.governor is not None:
+            self.metrics.operating_point.set(self.governor.index)
+            self.metrics.inference_load.set(self.governor.load)
+        self.metrics.operating_cost.set(point.cost)
 
     def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], network: Any,
                   probe: bool = False, uplink_from_frames: bool = False) -> AnalysisPipeline:
@@ -236,11 +266,12 @@ class Hub:
         old = self.engine
         self.service, self.policy = service, policy
         self.engine = Engine(service=service, policy=policy, metrics=self.metrics, media=self.media)
-        pipes = [*self.camera_pipelines.values(), *(s.own_pipeline for s in self.sessions.values() if s.own_pipeline)]
-        await asyncio.gather(*(p.use(self.engine) for p in pipes))
+        await asyncio.gather(*(p.use(self.engine) for p in self.pipelines()))
         for session in self.sessions.values():
             session.model_changed(service.class_names, service.num_exits, backend.manifest.name)
         await old.service.stop()
+        if self.config.policy.adapt_to_load:
+            await self._start_governor(folder)  # the new model's own operating points
         log.info("model: now %s (%s, %d classes), policy %s", backend.manifest.name, folder, len(service.class_names),
                  policy.name)
         return service
@@ -269,6 +300,8 @@ class Hub:
             await asyncio.wait_for(asyncio.gather(*closers, return_exceptions=True), timeout)
         except TimeoutError:
             log.warning("shutdown: peers and cameras did not all close within %.1f s", timeout)
+        if self.governor is not None:
+            await self.governor.stop()
         await self.service.stop()
         self.media.shutdown(wait=False, cancel_futures=True)
         log.info("shutdown: done (%d session(s) left open)", len(self.sessions))
@@ -278,6 +311,7 @@ class Hub:
             "sessions": [s.status() for s in self.sessions.values()],
             "sessions_closed": dict(sorted(self.closed.items())),
             "cameras": [self._camera_status(name) for name in self.cameras],
+            "operating_point": None if self.governor is None else self.governor.status(),
         }
 
     def _camera_status(self, name: str) -> dict[str, Any]:

@@ -61,6 +61,13 @@ class Metrics:
         self.sessions_closed = Counter("edge_sessions_closed", "Peer sessions closed, by reason (connect-timeout, "
                                        "ice-failed, dtls-failed, peer-gone, closed, shutdown)", ["reason"],
                                        registry=r)
+        self.operating_point = Gauge("edge_operating_point", "The dynamic index's operating point: 0 is the fitted "
+                                     "lam, higher is cheaper (the load governor moves it when frames arrive faster "
+                                     "than the inference threads take them)", registry=r)
+        self.operating_cost = Gauge("edge_operating_point_cost_fraction", "Expected compute per frame at the "
+                                    "operating point, as a share of full depth (calibration traces)", registry=r)
+        self.inference_load = Gauge("edge_inference_load", "Expected compute of the frames arriving, as a share of "
+                                    "the inference threads' time", registry=r)
         info = Gauge("edge_model_info", "The loaded model and the ONNX Runtime provider in use",
                      ["model", "provider"], registry=r)
         info.labels(model_name, providers[0]).set(1)

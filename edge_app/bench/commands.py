@@ -1,6 +1,6 @@
 """The benchmarks' and offline tools' subcommands: ``edge-app bench-model``, ``bench-policy``, ``bench-pipeline``,
-``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``bench-batching``, ``evaluate``,
-``codec-traces``.
+``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``bench-batching``, ``bench-overload``,
+``evaluate``, ``codec-traces``.
 
 ``edge_app.cli`` adds them to its parser for every command but ``serve``; each imports its module only when it runs.
 """
@@ -183,6 +183,17 @@ def cmd_bench_batching(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_overload(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench.overload import bench
+
+    cfg = load_config(args.config)
+    segment_ms = [float(v) for v in args.segment_ms.split(",")]
+    print(asyncio.run(bench(cfg, args.streams, args.seconds, segment_ms)))
+    return 0
+
+
 def add_tool_commands(sub: Any) -> None:
     """The benchmarks and offline tools' subcommands (``edge-app bench-*``, ``evaluate``, ``codec-traces``)."""
     bb = sub.add_parser("bench-batching", help="the inference service frame by frame vs batched across streams")
@@ -193,6 +204,13 @@ def add_tool_commands(sub: Any) -> None:
     bb.add_argument("--fps", type=float, default=30.0, help="each stream's rate in the open-loop run")
     bb.add_argument("--threads", type=int, help="intra-op threads (default [model] threads)")
     bb.set_defaults(func=cmd_bench_batching)
+    bo = sub.add_parser("bench-overload", help="more streams than full depth allows: fixed vs load-adaptive "
+                                                "operating point")
+    bo.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bo.add_argument("--streams", type=int, default=6)
+    bo.add_argument("--seconds", type=float, default=20.0)
+    bo.add_argument("--segment-ms", default="4,4,4", help="the emulated device's segment times")
+    bo.set_defaults(func=cmd_bench_overload)
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
     model_args(b)
     b.add_argument("--frames", type=int, default=300)

@@ -1,0 +1,55 @@
+"""Operating points of the dynamic index: the same fitted chain at other costs of waiting (lam), each with the
+accuracy and the expected cost per frame it has on the calibration traces.
+
+The fitted chain predicts what each lam costs (``replay_index`` on the calibration traces: the cost is exactly
+what the policy would spend there), so when frames arrive faster than the box can take them at the fitted lam,
+the app can move to a cheaper point it knows the price of, and back when the load falls
+(``edge_app.governor``). Point 0 is the model's own policy (``policy.json``); later points are cheaper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from models.fit import LAM_GRID, build_policy, fit_chain, replay_index
+from models.folder import load_traces, policy_meta
+from models.manifest import read_manifest
+from models.policies import DynamicIndex, ExitPolicy
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    lam: float
+    policy: ExitPolicy
+    accuracy: float  # on the calibration traces
+    cost: float  # mean cost per frame as a fraction of full depth (all exits), on the calibration traces
+
+    def summary(self) -> dict[str, float]:
+        return {"lam": round(float(self.lam), 6), "calibration_accuracy": round(float(self.accuracy), 4),
+                "cost_fraction": round(float(self.cost), 4)}
+
+
+def operating_points(folder: Path, policy: ExitPolicy, count: int = 8) -> list[OperatingPoint]:
+    """``policy`` (the one configured) first, then up to ``count - 1`` cheaper dynamic-index points of the same
+    chain, each cheaper than the one before. A policy that is not the dynamic index has no others."""
+    manifest = read_manifest(folder)
+    if not isinstance(policy, DynamicIndex):
+        return [OperatingPoint(float("nan"), policy, float("nan"), 1.0)]
+    meta = policy_meta(folder)
+    probs, labels = load_traces(folder, manifest, str(meta["calibration_traces"]))
+    chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=str(meta["loss_kind"]))
+    acc, cost = replay_index(policy, probs, labels, chain.cost)
+    points = [OperatingPoint(policy.lam, policy, acc, cost)]
+    # lam weighs the loss against the cost: a smaller lam stops earlier and pays less
+    lower = [float(x) for x in np.linspace(policy.lam, 0.0, 4 * count + 1)[1:]] + [lam for lam in LAM_GRID[:3]]
+    for lam in lower:
+        cand = build_policy(chain, lam)
+        acc, cost = replay_index(cand, probs, labels, chain.cost)
+        if cost < points[-1].cost - 0.01:
+            points.append(OperatingPoint(lam, cand, acc, cost))
+        if len(points) >= count:
+            break
+    return points

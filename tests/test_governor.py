@@ -1,0 +1,40 @@
+"""The load-adaptive operating point: cheaper at once when the arriving frames need more compute than the
+inference threads have, dearer again, a step at a time, once the load has fallen for a while; and the points
+themselves come from the model's fitted chain, each cheaper than the one before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edge_app.config import PolicyConfig
+from edge_app.governor import LoadGovernor
+from edge_app.scheduler import policy_from_config
+from models.operating import OperatingPoint, operating_points
+from models.policies import FixedExit
+
+DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "models" / "default"
+
+
+def test_the_operating_point_moves_under_load_and_back() -> None:
+    points = [OperatingPoint(lam, FixedExit(1), acc, cost)
+              for lam, acc, cost in ((0.86, 0.94, 0.45), (0.70, 0.93, 0.39), (0.57, 0.89, 0.32))]
+    g = LoadGovernor(points, headroom=0.85, workers=1)
+    assert g.choose(0.0, 20.0, 75.0) == 0, "20 fps x 0.45 x 75 ms = 68 % of one thread: fits"
+    assert g.choose(1.0, 30.0, 75.0) == 2, "30 fps needs 101 % at the fitted point, 88 % at the next: cheapest now"
+    assert g.load <= 0.85
+    assert g.choose(2.0, 20.0, 75.0) == 2, "calm, but not for long yet"
+    assert g.choose(5.5, 20.0, 75.0) == 1, "3 s calm with room to spare: one step dearer"
+    assert g.choose(9.0, 20.0, 75.0) == 1, "the fitted point would use 68 %: not under 75 % of the headroom"
+    assert g.choose(10.0, 10.0, 75.0) == 1 and g.choose(13.5, 10.0, 75.0) == 0, "light load: back to the fitted lam"
+    assert g.choose(14.0, 100.0, 75.0) == 2, "more than even the cheapest point fits: the cheapest"
+    assert g.moves == 4
+
+
+def test_operating_points_of_the_shipped_model_get_cheaper_and_start_at_its_policy() -> None:
+    policy = policy_from_config(PolicyConfig(), DEFAULT_MODEL)
+    points = operating_points(DEFAULT_MODEL, policy)
+    assert points[0].policy is policy and len(points) >= 3
+    costs = [p.cost for p in points]
+    assert costs == sorted(costs, reverse=True) and costs[-1] < 0.8 * costs[0], costs
+    assert all(0.5 < p.accuracy <= 1 for p in points)
+    assert operating_points(DEFAULT_MODEL, FixedExit(3))[0].cost == 1.0, "a fixed policy has one point"
