@@ -94,7 +94,7 @@ class LoadGovernor:
 
     def status(self) -> dict[str, Any]:
         return {"index": self.index, "points": len(self.points), **self.point.summary(),
-                "arrival_fps": round(self.arrival_fps, 1), "load": round(self.load, 3), "moves": self.moves}
+                "arrival_fps": round(self.arrival_fps, 1), "load": round(float(self.load), 3), "moves": self.moves}
 
 
 def arrivals_of(slots: Iterable[Any]) -> int:

@@ -38,3 +38,20 @@ def test_operating_points_of_the_shipped_model_get_cheaper_and_start_at_its_poli
     assert costs == sorted(costs, reverse=True) and costs[-1] < 0.8 * costs[0], costs
     assert all(0.5 < p.accuracy <= 1 for p in points)
     assert operating_points(DEFAULT_MODEL, FixedExit(3))[0].cost == 1.0, "a fixed policy has one point"
+
+
+async def test_the_server_shows_its_operating_point_and_moves_it_under_real_load() -> None:
+    """Real pipelines on an emulated slower device: six 30 fps labelled streams need more than one inference
+    thread can give at the fitted lam; the governor moves to a cheaper point and every stream is answered."""
+    from edge_app.bench.overload import _run
+    from edge_app.config import AppConfig, ModelConfig
+    from models.runtime import ModelRuntime
+
+    cfg = AppConfig(model=ModelConfig(path=DEFAULT_MODEL))
+    rt = ModelRuntime.load(DEFAULT_MODEL, threads=1, warmup=1)
+    out = await _run(cfg, rt, [4.0, 4.0, 4.0], 6, 3.0, adaptive=True)
+    g = out["governor"]
+    answered = sum(r["answered"] for r in out["rows"]) / max(1, sum(r["arrived"] for r in out["rows"]))
+    print(f"governor {g}; answered {answered:.3f} of arrived")
+    assert g["index"] > 0 and g["moves"] >= 1 and g["arrival_fps"] > 150, g
+    assert answered > 0.85
