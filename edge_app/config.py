@@ -50,6 +50,8 @@ class ServerConfig(_Section):
     max_offers_per_minute: int = Field(30, ge=1, le=100_000, description="offers one client address may make a "
                                        "minute; more get 429")
     shutdown_timeout_s: float = Field(5.0, gt=0, le=120, description="bounded time to close peers on shutdown")
+    share_camera_encoder: bool = Field(True, description="encode a camera's annotated video once for all its "
+                                       "viewers (false: one encoder per viewer, each at its own path's rate)")
     peer_timeout_s: float = Field(10.0, ge=1, le=600, description="close a session whose data channel has "
                                   "answered no ping for this long (a peer that vanished without closing)")
     connect_timeout_s: float = Field(15.0, ge=1, le=600, description="close a session that has not connected "

@@ -26,7 +26,7 @@ from edge_app.errors import EdgeAppError
 from edge_app.governor import LoadGovernor, arrivals_of
 from edge_app.metrics import Metrics
 from edge_app.pipeline import AnalysisPipeline, Engine
-from edge_app.results import NetworkView
+from edge_app.results import AnalysedFrame, NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
 from models.operating import OperatingPoint, operating_points
@@ -35,6 +35,7 @@ from streams.aiortc_adapter import (
     answer_as_dtls_server,
     floor_remb,
     lower_video_bitrate_floor,
+    negotiated_codec,
     peer_receives,
     skip_long_gaps,
     tap_rtcp,
@@ -45,6 +46,7 @@ from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.redact import redact
 from streams.rtsp import Backoff, RtspCamera
 from streams.sdp_check import offer_problem
+from streams.shared_video import SharedEncoder
 from streams.webrtc import TrackReader
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,8 @@ class Hub:
         self.sessions: dict[str, PeerSession] = {}
         self.closed: dict[str, int] = {}  # sessions closed so far, by reason
         self.governor: LoadGovernor | None = None  # [policy] adapt_to_load
+        self.shared_encoders: dict[tuple[str, str], SharedEncoder] = {}  # (camera, codec): one for all its viewers
+        self._encodes: set[asyncio.Future[None]] = set()
         b = config.budget
         self._prior = NetworkView(snapshot(RttEstimator(b.rtt_prior_ms), BitrateEstimator(b.bitrate_prior_kbps * 1e3)),
                                   JSON_RESULT_BYTES)
@@ -212,7 +216,8 @@ class Hub:
             (t for t in video if peer_receives(t)), None)
         used = {t for t in (back, analysed if camera is None else None) if t is not None}
         if back is not None:
-            session.attach_outbound(back)
+            shared = camera is not None and self.config.server.share_camera_encoder
+            session.attach_outbound(back, self._shared_encoder(camera, back) if shared and camera else None)
         if camera is None and analysed is not None:
             self._analyse_browser_camera(session, analysed)
         elif camera is not None:
@@ -226,6 +231,32 @@ class Hub:
                 t.direction = "sendonly" if t is back else "recvonly"
         await pc.setLocalDescription(await pc.createAnswer())
         return pc.localDescription
+
+    def _shared_encoder(self, camera: str, transceiver: Any) -> SharedEncoder:
+        """The one encoder of ``camera``'s annotated video for the codec this viewer negotiated: the camera's
+        pipeline renders and it encodes each frame once, for every viewer (``streams.shared_video``)."""
+        codec = negotiated_codec(transceiver)
+        key = (camera, codec.mimeType.lower())
+        enc = self.shared_encoders.get(key)
+        if enc is None:
+            enc = self.shared_encoders[key] = SharedEncoder(f"{camera}/{codec.mimeType}", codec, self.media)
+            pipe = self.camera_pipelines[camera]
+
+            def feed(af: AnalysedFrame, enc: SharedEncoder = enc) -> None:
+                if af.i420 is not None and enc.viewers:
+                    task = asyncio.ensure_future(enc.encode(af.video_frame()))
+                    self._encodes.add(task)
+                    task.add_done_callback(self._encodes.discard)
+
+            pipe.subscribe(feed, video=True)
+            enc.on_empty = lambda: self._drop_encoder(key, pipe, feed)
+            log.info("camera %s: one %s encoder for all its video viewers", camera, codec.mimeType)
+        return enc
+
+    def _drop_encoder(self, key: tuple[str, str], pipe: AnalysisPipeline, feed: Any) -> None:
+        """The last viewer left: stop rendering and encoding for nobody."""
+        if self.shared_encoders.pop(key, None) is not None:
+            pipe.unsubscribe(feed)
 
     def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
         floor_remb(transceiver.receiver, int(self.config.budget.min_receive_kbps * 1000))
@@ -327,6 +358,9 @@ class Hub:
             "viewers": sum(1 for s in self.sessions.values() if s.camera == name),
             "frames_rendered": pipe.rendered,
             "live_accuracy": _live_accuracy(pipe.scored),
+            "encoders": [{"codec": e.codec.mimeType, "viewers": len(e.viewers), "frames_encoded": e.encoded,
+                          "keyframes_requested": e.keyframes_requested, "target_bps": e.target_bps}
+                         for (cam_name, _), e in self.shared_encoders.items() if cam_name == name],
             "last_result": None if last is None else {"label": self.service.class_names[last.smoothed_class],
                                                       "confidence": round(last.smoothed_confidence, 3),
                                                       "exit": last.exit},

@@ -48,6 +48,7 @@ from streams.aiortc_adapter import (
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.ratecontrol import UplinkController, VideoRateController
 from streams.redact import redact
+from streams.shared_video import SharedEncoder, SharedVideoTrack
 from streams.webrtc import OutboundVideoTrack, TrackReader
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class PeerSession:
         self.bitrate = BitrateEstimator(budget.bitrate_prior_kbps * 1e3)
         self.rtt_sources: set[str] = set()  # what has given RTT samples: "rtcp", "datachannel"
         self.receive_estimate_bps: int | None = None
-        self.outbound: OutboundVideoTrack | None = None
+        self.outbound: OutboundVideoTrack | SharedVideoTrack | None = None  # shared: a camera's one encoder
         self.video_sender: RTCRtpSender | None = None
         self.channel: RTCDataChannel | None = None
         self.own_pipeline: AnalysisPipeline | None = None  # analyses this browser's camera
@@ -126,16 +127,25 @@ class PeerSession:
     def watch(self, pipeline: AnalysisPipeline) -> None:
         """Get ``pipeline``'s results (and its annotated frames, when this session has video to send)."""
         self.watched = pipeline
-        pipeline.subscribe(self._on_output, video=self.outbound is not None)
+        pipeline.subscribe(self._on_output, video=isinstance(self.outbound, OutboundVideoTrack))
 
-    def attach_outbound(self, transceiver: Any) -> None:
-        """Send annotated video on ``transceiver`` (a video m-line on which the peer receives); its bitrate and
-        frame rate follow what the viewer's receiver reports say about the path (``VideoRateController``)."""
-        self.outbound = OutboundVideoTrack(self._on_video_dropped)
-        transceiver.sender.replaceTrack(self.outbound)
-        self.video_sender = transceiver.sender
+    def attach_outbound(self, transceiver: Any, shared: SharedEncoder | None = None) -> None:
+        """Send annotated video on ``transceiver`` (a video m-line on which the peer receives): encoded for this
+        viewer alone, or from ``shared``, a camera's one encoder for all its viewers. Its bitrate and frame rate
+        follow what the viewer's receiver reports say about the path (``VideoRateController``)."""
+        sender = transceiver.sender
+        if shared is None:
+            self.outbound = OutboundVideoTrack(self._on_video_dropped)
+        else:
+            self.outbound = SharedVideoTrack(shared)
+            shared.add(self.outbound, sender)
+        sender.replaceTrack(self.outbound)
+        self.video_sender = sender
         self.video_rate = VideoRateController()
-        taps = RtcpTaps(on_loss=self._on_loss, on_remb_bps=self._on_remb, after=self._apply_video_rate)
+        if shared is not None:
+            self.video_rate.set_picture(*(shared.picture or (640, 480)))
+        taps = RtcpTaps(on_loss=self._on_loss, on_remb_bps=self._on_remb, after=self._apply_video_rate,
+                        on_keyframe_request=shared.request_keyframe if shared is not None else None)
         tap_rtcp_rtt(self.video_sender, self._on_rtcp_rtt, self.heard, taps)
 
     def _on_rtcp_rtt(self, rtt_ms: float) -> None:
@@ -209,7 +219,7 @@ class PeerSession:
     # --- outputs -------------------------------------------------------------------------------------------
 
     def _on_output(self, af: AnalysedFrame) -> None:
-        if self.outbound is not None and af.i420 is not None:
+        if isinstance(self.outbound, OutboundVideoTrack) and af.i420 is not None:
             frame = af.video_frame()
             if self.video_rate is not None and self.video_rate.picture_bps is None:
                 self.video_rate.set_picture(frame.width, frame.height)

@@ -35,7 +35,15 @@ from typing import Any
 from aiortc import sdp
 from aiortc.codecs import h264, vpx
 from aiortc.jitterbuffer import JitterBuffer
-from aiortc.rtp import RTCP_PSFB_APP, RtcpPsfbPacket, RtcpRrPacket, RtcpSrPacket, unpack_remb_fci
+from aiortc.rtp import (
+    RTCP_PSFB_APP,
+    RTCP_PSFB_FIR,
+    RTCP_PSFB_PLI,
+    RtcpPsfbPacket,
+    RtcpRrPacket,
+    RtcpSrPacket,
+    unpack_remb_fci,
+)
 
 from streams.errors import StreamsError
 
@@ -131,6 +139,7 @@ class RtcpTaps:
     on_loss: Callable[[float], None] | None = None
     on_remb_bps: Callable[[int], None] | None = None
     after: Callable[[], None] | None = None
+    on_keyframe_request: Callable[[], None] | None = None  # PLI or FIR (a shared encoder must hear it)
 
 
 def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None], on_packet: Callable[[], None] | None = None,
@@ -156,6 +165,9 @@ def tap_rtcp_rtt(sender: Any, on_sample: Callable[[float], None], on_packet: Cal
                     taps.on_loss(report.fraction_lost / 256)
                 if lsr_time is not None and report.lsr == lsr and report.dlsr:
                     on_sample((time.time() - lsr_time - report.dlsr / 65536) * 1e3)
+        elif (isinstance(packet, RtcpPsfbPacket) and packet.fmt in (RTCP_PSFB_PLI, RTCP_PSFB_FIR)
+              and taps.on_keyframe_request is not None):
+            taps.on_keyframe_request()
         elif isinstance(packet, RtcpPsfbPacket) and packet.fmt == RTCP_PSFB_APP and taps.on_remb_bps is not None:
             with contextlib.suppress(ValueError):
                 taps.on_remb_bps(int(unpack_remb_fci(packet.fci)[0]))
@@ -281,6 +293,15 @@ class GapSkippingJitterBuffer(JitterBuffer):
             rest += 1
         self.remove(rest)
         return True
+
+
+def negotiated_codec(transceiver: Any) -> Any:
+    """The codec this transceiver will send with (aiortc sends with the first it negotiated)."""
+    codecs = getattr(transceiver, "_codecs", None)
+    if not codecs:
+        raise AiortcInternalsError("aiortc's RTCRtpTransceiver has no negotiated _codecs: this aiortc version is "
+                                   "not the one edge-app was tested with")
+    return codecs[0]
 
 
 def jitter_buffer_state(track: Any, pc: Any) -> dict[str, Any]:

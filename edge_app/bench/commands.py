@@ -1,6 +1,6 @@
 """The benchmarks' and offline tools' subcommands: ``edge-app bench-model``, ``bench-policy``, ``bench-pipeline``,
 ``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``bench-batching``, ``bench-overload``,
-``evaluate``, ``codec-traces``.
+``bench-viewers``, ``evaluate``, ``codec-traces``.
 
 ``edge_app.cli`` adds them to its parser for every command but ``serve``; each imports its module only when it runs.
 """
@@ -194,6 +194,17 @@ def cmd_bench_overload(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_viewers(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench.viewers import bench
+
+    cfg = load_config(args.config)
+    npz = DEMO_TEST_SPLIT if DEMO_TEST_SPLIT.is_file() else None
+    print(asyncio.run(bench(cfg.model_path.resolve(), args.viewers, args.window, npz, args.out)))
+    return 0
+
+
 def add_tool_commands(sub: Any) -> None:
     """The benchmarks and offline tools' subcommands (``edge-app bench-*``, ``evaluate``, ``codec-traces``)."""
     bb = sub.add_parser("bench-batching", help="the inference service frame by frame vs batched across streams")
@@ -211,6 +222,13 @@ def add_tool_commands(sub: Any) -> None:
     bo.add_argument("--seconds", type=float, default=20.0)
     bo.add_argument("--segment-ms", default="4,4,4", help="the emulated device's segment times")
     bo.set_defaults(func=cmd_bench_overload)
+    bv = sub.add_parser("bench-viewers", help="server CPU of a camera with 1 and N video viewers, encoded once "
+                                              "for all of them vs once per viewer")
+    bv.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bv.add_argument("--viewers", type=int, default=4)
+    bv.add_argument("--window", type=float, default=10.0)
+    bv.add_argument("--out", type=Path, default=Path("artifacts/bench-viewers"))
+    bv.set_defaults(func=cmd_bench_viewers)
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
     model_args(b)
     b.add_argument("--frames", type=int, default=300)

@@ -1,0 +1,179 @@
+"""One encoder for every viewer of a source: a camera's annotated video is encoded once, whoever watches.
+
+``SharedEncoder`` encodes each annotated frame once with aiortc's own encoder for the codec the viewers
+negotiated (VP8 or H.264), already cut into RTP payloads, and hands the same payloads to each viewer's
+``SharedVideoTrack``. Each viewer's ``RTCRtpSender`` is given a ``PayloadPacker`` in place of its own encoder
+(aiortc sends pre-encoded data through its encoder's ``pack``), so adding a viewer costs packetisation, not an
+encode. A keyframe request from any viewer (PLI/FIR, or a new viewer joining) reaches the shared encoder. The
+encoder's bitrate and frame rate follow the slowest viewer (one encode cannot suit two paths; each viewer's rate
+controller still measures its own path).
+
+A viewer whose sender falls behind never gets a stream with holes: past ``MAX_QUEUED`` chunks its queue is
+emptied and a keyframe is asked for, so it starts again cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import av
+from aiortc.codecs import get_encoder
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+
+log = logging.getLogger(__name__)
+
+VIDEO_CLOCK_RATE = 90_000
+VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
+SENDER_ENCODER = "_RTCRtpSender__encoder"  # aiortc makes its encoder on the first frame unless one is there
+MAX_QUEUED = 8
+
+
+@dataclass(frozen=True)
+class EncodedChunk:
+    """One encoded frame, cut into RTP payloads, with its RTP timestamp."""
+
+    payloads: list[bytes]
+    timestamp: int
+
+
+class PayloadPacker:
+    """Stands in for a viewer's encoder: the payloads are ready. ``target_bitrate`` is what aiortc sets from the
+    viewer's REMB; the shared encoder reads every viewer's."""
+
+    def __init__(self, on_target: Callable[[], None]) -> None:
+        self._target: int | None = None
+        self._on_target = on_target
+
+    @property
+    def target_bitrate(self) -> int | None:
+        return self._target
+
+    @target_bitrate.setter
+    def target_bitrate(self, bps: int) -> None:
+        self._target = int(bps)
+        self._on_target()
+
+    def pack(self, chunk: EncodedChunk) -> tuple[list[bytes], int]:
+        return chunk.payloads, chunk.timestamp
+
+
+class SharedVideoTrack(MediaStreamTrack):
+    kind = "video"
+
+    def __init__(self, encoder: SharedEncoder) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self._queue: deque[EncodedChunk] = deque()
+        self._ready = asyncio.Event()
+        self.sent = 0
+        self.dropped = 0
+        self.max_fps = 30.0  # set by this viewer's rate controller; the encoder takes the lowest
+        self.scale_down = 1.0
+        self.packer: PayloadPacker | None = None
+
+    def offer_chunk(self, chunk: EncodedChunk) -> None:
+        if len(self._queue) >= MAX_QUEUED:  # behind: start again from a keyframe rather than send a broken stream
+            self.dropped += len(self._queue)
+            self._queue.clear()
+            self.encoder.request_keyframe()
+        self._queue.append(chunk)
+        self._ready.set()
+
+    async def recv(self) -> EncodedChunk:  # type: ignore[override]
+        while not self._queue:
+            if self.readyState != "live":
+                raise MediaStreamError
+            self._ready.clear()
+            await self._ready.wait()
+        self.sent += 1
+        return self._queue.popleft()
+
+    def stop(self) -> None:
+        self.encoder.remove(self)
+        super().stop()
+        self._ready.set()
+
+
+class SharedEncoder:
+    """The one encoder of a source's annotated video for one codec; ``encode(frame)`` from the pipeline."""
+
+    def __init__(self, name: str, codec: RTCRtpCodecParameters, executor: Any = None) -> None:
+        self.name = name
+        self.codec = codec
+        self._encoder: Any = None
+        self._executor = executor
+        self.viewers: set[SharedVideoTrack] = set()
+        self.encoded = 0  # frames encoded (once each, whatever the number of viewers)
+        self.keyframes_requested = 0
+        self._force_keyframe = True
+        self._t0: float | None = None
+        self._last_s = 0.0
+        self._busy = False
+        self.target_bps: int | None = None
+        self.picture: tuple[int, int] | None = None  # the annotated frames' full size, once one came
+        self.on_empty: Callable[[], None] | None = None  # the last viewer left
+
+    def add(self, track: SharedVideoTrack, sender: Any) -> None:
+        """``track`` is sent by ``sender``: give the sender a packer, and start the viewer on a keyframe."""
+        track.packer = PayloadPacker(self._retarget)
+        setattr(sender, SENDER_ENCODER, track.packer)
+        self.viewers.add(track)
+        self.request_keyframe()
+
+    def remove(self, track: SharedVideoTrack) -> None:
+        self.viewers.discard(track)
+        if not self.viewers and self.on_empty is not None:
+            self.on_empty()
+
+    def request_keyframe(self) -> None:
+        self.keyframes_requested += 1
+        self._force_keyframe = True
+
+    def _retarget(self) -> None:
+        targets = [t.packer.target_bitrate for t in self.viewers if t.packer and t.packer.target_bitrate]
+        self.target_bps = min(targets) if targets else None
+        if self._encoder is not None and self.target_bps is not None and hasattr(self._encoder, "target_bitrate"):
+            self._encoder.target_bitrate = self.target_bps
+
+    @property
+    def max_fps(self) -> float:
+        return min((t.max_fps for t in self.viewers), default=30.0)
+
+    async def encode(self, frame: av.VideoFrame) -> None:
+        """Encode ``frame`` once (off the event loop) and queue its payloads for every viewer; a frame that comes
+        while the last is still being encoded, or faster than the slowest viewer's frame rate, is skipped."""
+        now = time.monotonic()
+        if not self.viewers or self._busy or now - self._last_s < 0.9 / self.max_fps:
+            return
+        self._busy, self._last_s = True, now
+        self.picture = (frame.width, frame.height)
+        try:
+            if self._encoder is None:
+                self._encoder = get_encoder(self.codec)
+                self._retarget()
+            if self._t0 is None:
+                self._t0 = now
+            scale = min((t.scale_down for t in self.viewers), default=1.0)
+            if scale > 1.0:
+                frame = frame.reformat(width=int(frame.width / scale) & ~1, height=int(frame.height / scale) & ~1)
+            frame.pts = int((now - self._t0) * VIDEO_CLOCK_RATE)
+            frame.time_base = VIDEO_TIME_BASE
+            keyframe, self._force_keyframe = self._force_keyframe, False
+            payloads, timestamp = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._encoder.encode, frame, keyframe)
+        finally:
+            self._busy = False
+        if not payloads:
+            return
+        self.encoded += 1
+        chunk = EncodedChunk(payloads, timestamp)
+        for track in list(self.viewers):
+            track.offer_chunk(chunk)
