@@ -27,6 +27,8 @@ class LoadGovernor:
     CHECK_S = 1.0
     CALM_S = 3.0
     RAISE_BELOW = 0.75  # a dearer point only when it would use under this share of the headroom
+    ANSWERED = 0.99  # fewer frames analysed than this share of those arriving: frames are being dropped
+    DROPPING_S = 2.0  # ... for this long: one step cheaper, whatever the expected load says
 
     def __init__(self, points: list[OperatingPoint], headroom: float, workers: int) -> None:
         self.points, self.headroom, self.workers = points, headroom, workers
@@ -35,6 +37,7 @@ class LoadGovernor:
         self.arrival_fps = 0.0
         self.load = 0.0  # expected compute at the current point, as a share of the inference threads' time
         self._calm_since: float | None = None
+        self._dropping_since: float | None = None
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -45,17 +48,28 @@ class LoadGovernor:
         """Point ``i``'s expected compute, as a share of the inference threads' time."""
         return arrival_fps * self.points[i].cost * full_depth_ms / (1000.0 * self.workers)
 
-    def choose(self, now_s: float, arrival_fps: float, full_depth_ms: float) -> int:
-        """The point to use from now (and remember it)."""
+    def choose(self, now_s: float, arrival_fps: float, full_depth_ms: float, answered_fps: float | None = None
+               ) -> int:
+        """The point to use from now (and remember it). ``answered_fps``: frames analysed per second; fewer than
+        arrived means frames are dropped as stale behind the queue whatever the model says (the pipelines' own
+        work, decoding, waiting), so that too moves to a cheaper point."""
         self.arrival_fps = arrival_fps
         fits = [i for i in range(len(self.points)) if self.need(i, arrival_fps, full_depth_ms) <= self.headroom]
         target = fits[0] if fits else len(self.points) - 1
+        dropping = answered_fps is not None and answered_fps < self.ANSWERED * arrival_fps
+        if dropping:
+            self._dropping_since = now_s if self._dropping_since is None else self._dropping_since
+            if now_s - self._dropping_since >= self.DROPPING_S:
+                target = max(target, min(self.index + 1, len(self.points) - 1))
+                self._dropping_since = None
+        else:
+            self._dropping_since = None
         if target > self.index:  # overloaded: cheaper at once
             self.index, self._calm_since = target, None
             self.moves += 1
         elif target < self.index:
             dearer = self.index - 1
-            if self.need(dearer, arrival_fps, full_depth_ms) <= self.RAISE_BELOW * self.headroom:
+            if not dropping and self.need(dearer, arrival_fps, full_depth_ms) <= self.RAISE_BELOW * self.headroom:
                 self._calm_since = now_s if self._calm_since is None else self._calm_since
                 if now_s - self._calm_since >= self.CALM_S:
                     self.index, self._calm_since = dearer, None
@@ -66,15 +80,18 @@ class LoadGovernor:
         return self.index
 
     def start(self, arrivals: Callable[[], int], full_depth_ms: Callable[[], float],
-              apply: Callable[[OperatingPoint], None]) -> None:
+              apply: Callable[[OperatingPoint], None], answered: Callable[[], int] | None = None) -> None:
         async def run() -> None:
             last_n, last_t = arrivals(), time.monotonic()
+            last_a = answered() if answered else 0
             while True:
                 await asyncio.sleep(self.CHECK_S)
                 n, t = arrivals(), time.monotonic()
+                a = answered() if answered else 0
+                dt = max(t - last_t, 1e-3)
                 before = self.index
-                self.choose(t, (n - last_n) / max(t - last_t, 1e-3), full_depth_ms())
-                last_n, last_t = n, t
+                self.choose(t, (n - last_n) / dt, full_depth_ms(), (a - last_a) / dt if answered else None)
+                last_n, last_t, last_a = n, t, a
                 if self.index != before:
                     p = self.point
                     log.info("load: %.0f frames/s for analysis; operating point %d of %d (lam %.3f, expected "

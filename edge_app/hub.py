@@ -113,7 +113,8 @@ class Hub:
         points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, self.policy)
         self.governor = LoadGovernor(points, self.config.policy.load_headroom, self.config.model.workers)
         self.governor.start(lambda: arrivals_of(p.slot for p in self.pipelines()),
-                            lambda: sum(c.median_ms for c in self.service.costs), self._use_point)
+                            lambda: sum(c.median_ms for c in self.service.costs), self._use_point,
+                            lambda: sum(p.analysed for p in self.pipelines()))
         self._use_point(points[0])
 
     def _use_point(self, point: OperatingPoint) -> None:

@@ -55,3 +55,12 @@ async def test_the_server_shows_its_operating_point_and_moves_it_under_real_load
     print(f"governor {g}; answered {answered:.3f} of arrived")
     assert g["index"] > 0 and g["moves"] >= 1 and g["arrival_fps"] > 150, g
     assert answered > 0.85
+
+
+def test_frames_dropped_behind_the_queue_move_it_cheaper_whatever_the_model_says() -> None:
+    points = [OperatingPoint(lam, FixedExit(1), 0.9, cost) for lam, cost in ((0.86, 0.45), (0.7, 0.39), (0.57, 0.32))]
+    g = LoadGovernor(points, headroom=0.85, workers=1)
+    assert g.choose(0.0, 30.0, 40.0, answered_fps=25.0) == 0, "expected load 54 %: fits; one drop is no trend"
+    assert g.choose(2.5, 30.0, 40.0, answered_fps=25.0) == 1, "but frames keep being dropped: one step cheaper"
+    assert g.choose(3.5, 30.0, 40.0, answered_fps=30.0) == 1
+    assert g.choose(7.0, 30.0, 40.0, answered_fps=30.0) == 0, "answered them all for a while: back"

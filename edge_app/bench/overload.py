@@ -64,8 +64,8 @@ async def _run(cfg: AppConfig, rt: ModelRuntime, segment_ms: Sequence[float], st
                 p.decider.scheduler.policy = point.policy
 
         governor.start(lambda: arrivals_of(p.slot for p in pipes), lambda: sum(c.median_ms for c in service.costs),
-                       use)
-    await asyncio.sleep(3.0)  # settle (the governor's first moves, the running costs)
+                       use, lambda: sum(p.analysed for p in pipes))
+    await asyncio.sleep(8.0)  # settle (the governor's first moves, the running costs)
     start = [(c.frames, p.analysed, p.deadline_misses, dict(p.scored), p.reused, list(service.segment_runs))
              for c, p in zip(cams, pipes, strict=True)]
     t0 = time.monotonic()
