@@ -82,3 +82,15 @@ async def test_the_service_gathers_concurrent_frames_into_batches(
     assert [len(o.results) for o in outs] == [len(a.results) for a in alone]
     assert service.batches == 2 and service.batched_frames == 16, (service.batches, service.batched_frames)
     assert service.predicted_costs_ms()[0] >= 5.0, "segment 1's predicted cost includes the window"
+
+
+def test_batched_segments_keep_features_on_the_gpu(demo_test_split: tuple[np.ndarray, np.ndarray]) -> None:
+    """On CUDA the batch's features stay on the device between segments (IOBinding); only the logits come back."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("no CUDA provider here (the onnxruntime-gpu build and a GPU): the CPU path is tested above")
+    rt = ModelRuntime.load(DEFAULT_MODEL, providers=["cuda"], warmup=1)
+    x = np.concatenate([rt.preprocess(img) for img in demo_test_split[0][:8]])
+    value = rt.to_device(x)
+    feats, probs, _ = rt.run_segment(0, value)
+    assert feats is not None and feats.device_name().lower() == "cuda" and probs.shape[0] == 8
+    assert rt.take(feats, list(range(8))) is feats, "every frame goes on: no copy at all"
