@@ -37,7 +37,7 @@ class VideoRateController:
     REMB_SHARE = 0.7  # video takes at most this share of what the peer says it can receive: results come first
     DRAINING_MS = 10.0  # RTT this much under the last cut's: the queue drains, the cut is working, wait
     DRAIN_WAIT_S = 3.0  # ... but not for longer than this
-    BITS_PER_PIXEL = 0.1  # per frame at 30 fps: what a picture of this size needs to look good, and no more
+    BITS_PER_PIXEL = 0.07  # per frame at 30 fps: what a picture of this size needs to look good, and no more
     HALF_SIZE_UNDER_BPS = 300_000  # half the width and height under this; full size again only from FULL_SIZE_BPS
     FULL_SIZE_BPS = 450_000
 

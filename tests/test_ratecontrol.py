@@ -53,7 +53,7 @@ def test_video_rate_ignores_probes_that_queued_before_its_cut_and_fits_the_pictu
         "a ping sent after the hold (the cut's RTT) that still queues: cut again"
     c = VideoRateController(start_bps=1_000_000)
     c.set_picture(320, 240)
-    assert c.update(0.0, 0.0, 30.0, 30.0).target_bps == 230_400, "0.1 bit a pixel at 30 fps, not more"
+    assert c.update(0.0, 0.0, 30.0, 30.0).target_bps == 161_280, "0.07 bit a pixel at 30 fps, not more"
 
 
 def test_uplink_cap_is_cut_while_frames_queue_and_raised_when_calm() -> None:

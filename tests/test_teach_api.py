@@ -87,7 +87,7 @@ async def test_api_refuses_bad_input_and_swaps_models_under_a_viewer(
                                "epochs": 2, "min_frames_per_class": 20})
     viewer = Viewer(*demo_test_split)
     async with serve(cfg) as base, aiohttp.ClientSession() as http:
-        await connect(base, viewer.pc)
+        answer = await connect(base, viewer.pc)
         assert (await _json(http, "POST", f"{base}/api/datasets", {"name": "a/b"}))[0] == 400
         assert (await _json(http, "POST", f"{base}/api/datasets", {"name": "door"}))[0] == 201
         status, body = await _json(http, "POST", f"{base}/api/datasets/door/classes/ghost/capture",
@@ -101,6 +101,18 @@ async def test_api_refuses_bad_input_and_swaps_models_under_a_viewer(
         status, body = await _json(http, "POST", f"{base}/api/datasets/door/classes/cat/capture",
                                    {"source": "camera:none", "seconds": 1e6})
         assert status == 400 and "max_record_s" in body["error"], body
+        _, sources = await _json(http, "GET", f"{base}/api/sources")
+        assert {"id": f"session:{answer['session']}", "kind": "browser", "name": answer["session"]} in \
+            sources["sources"]
+        for _ in range(50):  # the peer's video starts flowing
+            if viewer.results:
+                break
+            await asyncio.sleep(0.1)
+        status, body = await _json(http, "POST", f"{base}/api/datasets/door/classes/cat/capture",
+                                   {"source": f"session:{answer['session']}", "seconds": 0})
+        assert status == 200 and body["saved"] == 1 and body["state"] == "done", "a snapshot of a browser's camera"
+        status, body = await _json(http, "DELETE", f"{base}/api/datasets/door/frames/{body['frames'][0]}")
+        assert status == 200
         status, body = await _json(http, "POST", f"{base}/api/training", {"dataset": "door"})
         assert status == 400 and "is empty" in body["error"], body
         assert (await _json(http, "POST", f"{base}/api/training", {"dataset": "nope"}))[0] == 404
