@@ -221,10 +221,7 @@ class InferenceRun:
 
     def __init__(self, runtime: ModelRuntime, x: np.ndarray) -> None:
         self._rt = runtime
-        self._device = runtime.device
-        self._device_id = runtime.device_id
-        self._value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(x, np.float32), self._device,
-                                                       self._device_id)
+        self._value = runtime.to_device(x)
         self.results: list[ExitResult] = []
 
     @property
@@ -239,26 +236,11 @@ class InferenceRun:
         if self.done:
             raise IndexError("all exits already ran")
         k = len(self.results)
-        sess = self._rt.sessions[k]
-        spec = self._rt.manifest.exits[k]
-        t0 = time.perf_counter()
-        try:
-            binding = sess.io_binding()
-            binding.bind_ortvalue_input(spec.input.name, self._value)
-            if spec.features is not None:
-                binding.bind_output(spec.features.name, self._device, self._device_id)
-            binding.bind_output(spec.logits.name, "cpu")
-            sess.run_with_iobinding(binding)
-            outs = binding.get_outputs()
-        except Exception as exc:  # onnxruntime's pybind errors have no common public base
-            raise SegmentRunError(f"segment {k + 1} ({spec.file}) failed: {exc}") from exc
-        ms = (time.perf_counter() - t0) * 1e3
-        logits = outs[-1].numpy()[0]
-        if spec.features is not None:
-            self._value = outs[0]
-        probs = softmax(logits.astype(np.float64))
-        label = int(probs.argmax())
-        res = ExitResult(k, probs, label, float(probs[label]), ms)
+        features, probs, ms = self._rt.run_segment(k, self._value)  # a batch of one
+        if features is not None:
+            self._value = features
+        label = int(probs[0].argmax())
+        res = ExitResult(k, probs[0], label, float(probs[0][label]), ms)
         self.results.append(res)
         return res
 

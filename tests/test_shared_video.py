@@ -5,44 +5,15 @@ encoded for nobody."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 import pytest
-from aiortc import RTCPeerConnection
-from aiortc.mediastreams import MediaStreamError
+
+from edge_app.bench.viewers import Viewer
 
 pytestmark = pytest.mark.slow
-
-
-class CameraViewer:
-    def __init__(self) -> None:
-        self.pc = RTCPeerConnection()
-        self.pc.addTransceiver("video", direction="recvonly")
-        self.frames = 0
-        self.results = 0
-        self.tasks: set[asyncio.Future[None]] = set()
-        channel = self.pc.createDataChannel("results", ordered=False, maxRetransmits=0)
-
-        @channel.on("message")
-        def on_message(message: str) -> None:
-            msg = json.loads(message)
-            if msg["type"] == "ping":
-                channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-            self.results += msg["type"] == "result"
-
-        @self.pc.on("track")
-        def on_track(track: Any) -> None:
-            async def read() -> None:
-                try:
-                    while True:
-                        await track.recv()
-                        self.frames += 1
-                except MediaStreamError:
-                    return
-            self.tasks.add(asyncio.ensure_future(read()))
 
 
 async def _camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
@@ -52,15 +23,13 @@ async def _camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
 
 
 async def test_a_second_viewer_costs_no_second_encode(app_config: Callable[..., Any], serve: Any) -> None:
-    from test_live_session import connect
-
     cfg = app_config(demo={"enabled": True, "fps": 15.0})
     async with serve(cfg) as base, aiohttp.ClientSession() as http:
-        a, b = CameraViewer(), CameraViewer()
-        await connect(base, a.pc, camera="demo")
+        a, b = Viewer(), Viewer()
+        await a.join(http, base, "demo")
         await asyncio.sleep(3.0)
         one = await _camera(http, base)
-        await connect(base, b.pc, camera="demo")
+        await b.join(http, base, "demo")
         await asyncio.sleep(4.0)
         two = await _camera(http, base)
         rendered = two["frames_rendered"]

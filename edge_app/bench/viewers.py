@@ -31,10 +31,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Viewer:
+    """An aiortc peer watching a camera: annotated video back (frames decoded and counted) and the results."""
+
     def __init__(self) -> None:
         self.pc = RTCPeerConnection()
         self.pc.addTransceiver("video", direction="recvonly")
         self.frames = 0
+        self.results = 0
         self._tasks: set[asyncio.Future[None]] = set()
         channel = self.pc.createDataChannel("results", ordered=False, maxRetransmits=0)
 
@@ -43,6 +46,7 @@ class Viewer:
             msg = json.loads(message)
             if msg["type"] == "ping":
                 channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
+            self.results += msg["type"] == "result"
 
         @self.pc.on("track")
         def on_track(track: Any) -> None:
@@ -53,9 +57,9 @@ class Viewer:
                         self.frames += 1
             self._tasks.add(asyncio.ensure_future(pull()))
 
-    async def join(self, http: aiohttp.ClientSession, base: str) -> None:
+    async def join(self, http: aiohttp.ClientSession, base: str, camera: str = "cam") -> None:
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        body = {"sdp": self.pc.localDescription.sdp, "type": "offer", "camera": "cam"}
+        body = {"sdp": self.pc.localDescription.sdp, "type": "offer", "camera": camera}
         async with http.post(f"{base}/offer", json=body) as r:
             answer = await r.json()
             if r.status != 200:
