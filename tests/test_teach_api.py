@@ -169,6 +169,7 @@ async def test_api_refuses_bad_input_and_swaps_models_under_a_viewer(
 async def test_the_demo_camera_is_scored_live_against_its_labels(app_config: Callable[..., Any], serve: Any) -> None:
     """The built-in demo source a newcomer can pick: labelled frames, each result scored against its label."""
     from aiortc import RTCPeerConnection
+    from conftest import results_channel
     from test_live_session import connect
 
     cfg = app_config(demo={"enabled": True, "fps": 15.0, "hold_frames": 5})
@@ -176,15 +177,7 @@ async def test_the_demo_camera_is_scored_live_against_its_labels(app_config: Cal
         pc = RTCPeerConnection()
         pc.addTransceiver("video", direction="recvonly")
         messages: list[dict[str, Any]] = []
-        channel = pc.createDataChannel("results", ordered=False, maxRetransmits=0)
-
-        @channel.on("message")  # type: ignore[untyped-decorator]
-        def on_message(message: str) -> None:
-            msg = json.loads(message)
-            if msg["type"] == "ping":
-                channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-            messages.append(msg)
-
+        results_channel(pc, messages.append)
         await connect(base, pc, camera="demo")
         for _ in range(200):
             await asyncio.sleep(0.1)

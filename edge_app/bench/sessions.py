@@ -51,6 +51,16 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+async def wait_healthy(http: aiohttp.ClientSession, base: str, timeout_s: float = 30.0) -> None:
+    """Until the server at ``base`` answers /healthz (a server process just started)."""
+    for _ in range(int(timeout_s * 10)):
+        with contextlib.suppress(aiohttp.ClientError):
+            async with http.get(f"{base}/healthz") as r:
+                if r.status == 200:
+                    return
+        await asyncio.sleep(0.1)
+
+
 async def _join(base: str, video: LabelledVideo, http: aiohttp.ClientSession) -> tuple[Peer | None, int, str]:
     pc = RTCPeerConnection()
     peer = Peer(pc)
@@ -129,12 +139,7 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
     report: dict[str, Any] = {"max_sessions": max_sessions, "window_s": window_s, "cameras": cameras, "rows": rows}
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{base}/healthz") as r:
-                        if r.status == 200:
-                            break
-                await asyncio.sleep(0.1)
+            await wait_healthy(http, base)
             if cameras:  # the cameras alone first
                 for _ in range(100):
                     if all(v > 0 for v in (await _camera_fps(http, base)).values()):

@@ -24,7 +24,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
-from edge_app.bench.sessions import _cpu_s
+from edge_app.bench.sessions import _cpu_s, wait_healthy
 from edge_app.bench.testvideo import LabelledVideo, write_jpegs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,12 +81,7 @@ async def _measure(shared: bool, viewers: int, window_s: float, camera_url: str,
     peers = [Viewer() for _ in range(viewers)]
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{base}/healthz") as r:
-                        if r.status == 200:
-                            break
-                await asyncio.sleep(0.1)
+            await wait_healthy(http, base)
             for p in peers:
                 await p.join(http, base)
             await asyncio.sleep(4.0)  # connect, the first keyframes, the encoders' rate settling
