@@ -38,6 +38,7 @@ class LoadGovernor:
         self.load = 0.0  # expected compute at the current point, as a share of the inference threads' time
         self._calm_since: float | None = None
         self._dropping_since: float | None = None
+        self._dropped_at: dict[int, float] = {}  # point -> the lowest arrival rate at which it dropped frames
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -61,6 +62,7 @@ class LoadGovernor:
             self._dropping_since = now_s if self._dropping_since is None else self._dropping_since
             if now_s - self._dropping_since >= self.DROPPING_S:
                 target = max(target, min(self.index + 1, len(self.points) - 1))
+                self._dropped_at[self.index] = min(arrival_fps, self._dropped_at.get(self.index, arrival_fps))
                 self._dropping_since = None
         else:
             self._dropping_since = None
@@ -69,7 +71,10 @@ class LoadGovernor:
             self.moves += 1
         elif target < self.index:
             dearer = self.index - 1
-            if not dropping and self.need(dearer, arrival_fps, full_depth_ms) <= self.RAISE_BELOW * self.headroom:
+            # not back to a point that dropped frames at this rate (else it would swing between two points)
+            remembered = arrival_fps < 0.9 * self._dropped_at.get(dearer, float("inf"))
+            if not dropping and remembered and \
+                    self.need(dearer, arrival_fps, full_depth_ms) <= self.RAISE_BELOW * self.headroom:
                 self._calm_since = now_s if self._calm_since is None else self._calm_since
                 if now_s - self._calm_since >= self.CALM_S:
                     self.index, self._calm_since = dearer, None

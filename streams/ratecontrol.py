@@ -47,6 +47,7 @@ class VideoRateController:
         self._last_cut_s = -1e9
         self._rtt_at_cut: float | None = None
         self._hold_until_s = -1e9
+        self._late_probes = 0
         self._last_update_s: float | None = None
         self._scale = 2.0 if start_bps < self.HALF_SIZE_UNDER_BPS else 1.0
         self.picture_bps: float | None = None  # the ceiling for the picture's size (``set_picture``)
@@ -70,9 +71,15 @@ class VideoRateController:
         RTT says nothing of a cut made after it was sent): the new target."""
         dt = 0.0 if self._last_update_s is None else max(0.0, now_s - self._last_update_s)
         self._last_update_s = now_s
+        congested = self.congested(loss_fraction, rtt_ms, rtt_floor_ms)
+        if probe_sent_s is not None and loss_fraction < self.LOSS_CONGESTED:
+            # one late probe may be the server's own event loop running late (it times the pongs): a queue makes
+            # every probe late, so it takes two in a row
+            self._late_probes = self._late_probes + 1 if congested else 0
+            congested = congested and self._late_probes >= 2
         if probe_sent_s is not None and probe_sent_s < self._hold_until_s and loss_fraction < self.LOSS_CONGESTED:
             pass  # a probe sent before the last cut could act (it queued behind what was sent before it)
-        elif self.congested(loss_fraction, rtt_ms, rtt_floor_ms):
+        elif congested:
             # a queue that is already draining after a cut needs time, not another cut (which would overshoot to
             # the floor): cut again on a queue only while its RTT is not falling; loss cuts regardless
             draining = (loss_fraction < self.LOSS_CONGESTED and rtt_ms is not None and self._rtt_at_cut is not None
