@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -28,7 +29,7 @@ class LoadGovernor:
     CALM_S = 3.0
     RAISE_BELOW = 0.75  # a dearer point only when it would use under this share of the headroom
     ANSWERED = 0.99  # fewer frames analysed than this share of those arriving: frames are being dropped
-    DROPPING_S = 2.0  # ... for this long: one step cheaper, whatever the expected load says
+    DROPPING_S = 2.0  # ... over this long: one step cheaper, whatever the expected load says
 
     def __init__(self, points: list[OperatingPoint], headroom: float, workers: int) -> None:
         self.points, self.headroom, self.workers = points, headroom, workers
@@ -37,7 +38,7 @@ class LoadGovernor:
         self.arrival_fps = 0.0
         self.load = 0.0  # expected compute at the current point, as a share of the inference threads' time
         self._calm_since: float | None = None
-        self._dropping_since: float | None = None
+        self._window: deque[tuple[float, float, float]] = deque()  # (time, arrived/s, answered/s)
         self._dropped_at: dict[int, float] = {}  # point -> the lowest arrival rate at which it dropped frames
         self._task: asyncio.Task[None] | None = None
 
@@ -57,15 +58,18 @@ class LoadGovernor:
         self.arrival_fps = arrival_fps
         fits = [i for i in range(len(self.points)) if self.need(i, arrival_fps, full_depth_ms) <= self.headroom]
         target = fits[0] if fits else len(self.points) - 1
-        dropping = answered_fps is not None and answered_fps < self.ANSWERED * arrival_fps
-        if dropping:
-            self._dropping_since = now_s if self._dropping_since is None else self._dropping_since
-            if now_s - self._dropping_since >= self.DROPPING_S:
+        dropping = False
+        if answered_fps is not None:  # over the last DROPPING_S (drops come in bursts, not every second)
+            window = self._window
+            window.append((now_s, arrival_fps, answered_fps))
+            while window[0][0] < now_s - self.DROPPING_S - 0.5 * self.CHECK_S:
+                window.popleft()
+            arrived = sum(w[1] for w in window)
+            dropping = sum(w[2] for w in window) < self.ANSWERED * arrived
+            if dropping and now_s - window[0][0] >= self.DROPPING_S - 0.5 * self.CHECK_S:
                 target = max(target, min(self.index + 1, len(self.points) - 1))
                 self._dropped_at[self.index] = min(arrival_fps, self._dropped_at.get(self.index, arrival_fps))
-                self._dropping_since = None
-        else:
-            self._dropping_since = None
+                window.clear()
         if target > self.index:  # overloaded: cheaper at once
             self.index, self._calm_since = target, None
             self.moves += 1

@@ -61,7 +61,8 @@ def test_frames_dropped_behind_the_queue_move_it_cheaper_whatever_the_model_says
     points = [OperatingPoint(lam, FixedExit(1), 0.9, cost) for lam, cost in ((0.86, 0.45), (0.7, 0.39), (0.57, 0.32))]
     g = LoadGovernor(points, headroom=0.85, workers=1)
     assert g.choose(0.0, 30.0, 40.0, answered_fps=25.0) == 0, "expected load 54 %: fits; one drop is no trend"
-    assert g.choose(2.5, 30.0, 40.0, answered_fps=25.0) == 1, "but frames keep being dropped: one step cheaper"
+    assert g.choose(1.0, 30.0, 40.0, answered_fps=30.0) == 0
+    assert g.choose(2.0, 30.0, 40.0, answered_fps=29.0) == 1, "6 of 90 frames dropped over 2 s: one step cheaper"
     assert g.choose(3.5, 30.0, 40.0, answered_fps=30.0) == 1
     assert g.choose(7.0, 30.0, 40.0, answered_fps=30.0) == 1, "not back to a point that dropped at this rate"
     assert g.choose(8.0, 20.0, 40.0, answered_fps=20.0) == 1 and g.choose(11.5, 20.0, 40.0, answered_fps=20.0) == 0, \
