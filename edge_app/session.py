@@ -226,8 +226,10 @@ class PeerSession:
             self.outbound.offer(frame)
         if self.own_pipeline is not None and self.watched is self.own_pipeline:
             b = af.result.budget  # late_ms discounts a step in the path's delay; arrival shows a queue's growth
+            net = af.result.network
             request = self.uplink.update(time.monotonic(), b.late_ms, af.result.frame_size[1],
-                                         self.receive_estimate_bps, b.arrival_delay_ms)
+                                         self.receive_estimate_bps, b.arrival_delay_ms,
+                                         max(0.0, net.rtt_ms - net.rtt_low_ms))
             if request is not None:  # the page applies it with RTCRtpSender.setParameters
                 log.info("session %s: asking the browser to send at most %d kbit/s, 1/%g resolution, %g fps",
                          self.id, request.max_bitrate_bps // 1000, request.scale_down, request.max_fps)

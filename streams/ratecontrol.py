@@ -141,6 +141,7 @@ class UplinkController:
     MIN_BPS = 120_000.0  # lower, and a keyframe takes seconds to cross the link: lateness, not less of it
     WARMUP_S = 5.0  # the first seconds of a session are late anyway (connecting, the encoder ramping up)
     RAMP_MS = 15.0  # transit up this much in each half of the last second: a queue filling, not a step
+    UPLINK_SHARE = 0.75  # the frames' extra transit is at least this share of the RTT's rise: a queue on the way in
 
     def __init__(self, min_height: int = 240) -> None:
         self.min_height = min_height
@@ -159,6 +160,14 @@ class UplinkController:
         """0 while no limit is asked for; else how many halvings below the start the cap is (for /status)."""
         return 0 if self.cap_bps is None else 1 + max(0, round(math.log2(self.START_BPS / self.cap_bps)))
 
+    def uplink_share(self, arrival_ms: float, rtt_rise_ms: float | None) -> bool:
+        """Whether most of the RTT's rise is the way in: a standing queue there. A step in the path's delay
+        raises both ways alike, so the frames' transit is then about half the RTT's rise (and the SUSTAIN_S
+        wait covers the RTT estimate catching up with a step)."""
+        if rtt_rise_ms is None or arrival_ms < self.LATE_MS:
+            return False
+        return arrival_ms >= self.UPLINK_SHARE * rtt_rise_ms
+
     def queue_growing(self, now_s: float, arrival_ms: float) -> bool:
         """Whether the frames' whole transit (``arrival_ms``, above the path's floor) has kept growing for the last
         second: a queue filling on the way in. A step in the path's delay raises it once and then stays; and
@@ -174,14 +183,17 @@ class UplinkController:
         return mid >= hist[0][1] + self.RAMP_MS and arrival_ms >= mid + self.RAMP_MS
 
     def update(self, now_s: float, late_ms: float, frame_height: int = 480,
-               incoming_bps: float | None = None, arrival_ms: float | None = None) -> UplinkRequest | None:
+               incoming_bps: float | None = None, arrival_ms: float | None = None,
+               rtt_rise_ms: float | None = None) -> UplinkRequest | None:
         """A frame arrived ``late_ms`` late (its transit above the floor, less what the RTT already shows;
-        ``arrival_ms``: not less it): the new request when the cap changes, else None."""
+        ``arrival_ms``: not less it; ``rtt_rise_ms``: the RTT above its floor): the new request when the cap
+        changes, else None."""
         self._first_s = now_s if self._first_s is None else self._first_s
         self._full_height = max(self._full_height, frame_height)
         if now_s - self._first_s < self.WARMUP_S:
             return None
-        if arrival_ms is not None and self.queue_growing(now_s, arrival_ms):
+        if arrival_ms is not None and (self.queue_growing(now_s, arrival_ms) or self.uplink_share(arrival_ms,
+                                                                                                   rtt_rise_ms)):
             late_ms = max(late_ms, arrival_ms)
         if late_ms >= self.LATE_MS:
             self._calm_since = None

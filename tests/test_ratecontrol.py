@@ -101,3 +101,17 @@ def test_uplink_reads_a_growing_transit_as_a_queue_and_a_step_as_none() -> None:
         if req is not None:
             break
     assert req is not None and t < 7.8, "a filling queue is cut within ~1.5 s, though late_ms (discounted) says 0"
+
+
+def test_uplink_reads_a_standing_queue_on_the_way_in_by_its_share_of_the_rtt() -> None:
+    step, queue = UplinkController(), UplinkController()
+    step.update(0.0, 0.0, 480)
+    queue.update(0.0, 0.0, 480)
+    req = None
+    for i in range(60):
+        t = 6.0 + i / 30
+        # a step in delay: 65 ms each way, the RTT up 130 ms (the estimate has caught up)
+        assert step.update(t, 0.0, 480, None, 65.0, 130.0) is None, "half the RTT's rise: both ways, a step"
+        # a standing queue on the way in: frames 300 ms late, the RTT up 330 ms (a little queue back too)
+        req = req or queue.update(t, 0.0, 480, None, 300.0, 330.0)
+    assert req is not None and req.max_bitrate_bps < 800_000, "cut, though late_ms (discounted) says 0"

@@ -105,7 +105,8 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)
     try:
-        bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out, args.cameras)
+        bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out, args.cameras,
+                       args.results_only)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -278,6 +279,8 @@ def add_tool_commands(sub: Any) -> None:
     bss.add_argument("--window", type=float, default=10.0, help="seconds measured at each count")
     bss.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz (synthetic if absent)")
     bss.add_argument("--cameras", type=int, default=0, help="RTSP test cameras analysed at the same time")
+    bss.add_argument("--results-only", action="store_true", help="peers that get results only (sendonly, the "
+                     "page's default) instead of annotated video back")
     bss.add_argument("--out", type=Path, default=Path("artifacts/bench-sessions"))
     bss.set_defaults(func=cmd_bench_sessions)
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "

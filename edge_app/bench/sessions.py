@@ -61,10 +61,12 @@ async def wait_healthy(http: aiohttp.ClientSession, base: str, timeout_s: float 
         await asyncio.sleep(0.1)
 
 
-async def _join(base: str, video: LabelledVideo, http: aiohttp.ClientSession) -> tuple[Peer | None, int, str]:
+async def _join(base: str, video: LabelledVideo, http: aiohttp.ClientSession, results_only: bool = False
+                ) -> tuple[Peer | None, int, str]:
     pc = RTCPeerConnection()
     peer = Peer(pc)
-    pc.addTrack(LabelledVideoTrack(video))
+    # results only: the page's default (sendonly: nothing rendered or encoded for it); else annotated video back
+    pc.addTransceiver(LabelledVideoTrack(video), direction="sendonly" if results_only else "sendrecv")
     results_channel(pc, lambda msg: peer.results.append((time.monotonic(), msg)))
 
     @pc.on("track")
@@ -107,7 +109,7 @@ async def _camera_fps(http: aiohttp.ClientSession, base: str) -> dict[str, int]:
 
 
 async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
-               cameras: int = 0) -> dict[str, Any]:
+               cameras: int = 0, results_only: bool = False) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     if npz is not None and npz.exists():
@@ -152,7 +154,7 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
                              "server_cpu_pct": 100 * (_cpu_s(server.pid) - c0) / (time.monotonic() - t0)})
                 print(_fmt_row(rows[-1]), flush=True)
             for n in range(1, max_sessions + 1):
-                peer, status, reason = await _join(base, video, http)
+                peer, status, reason = await _join(base, video, http, results_only)
                 if peer is None:
                     raise RuntimeError(f"session {n} of {max_sessions} was refused ({status}: {reason})")
                 peers.append(peer)
@@ -163,7 +165,7 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
                        "server_cpu_pct": 100 * (_cpu_s(server.pid) - c0) / (time.monotonic() - t0)}
                 rows.append(row)
                 print(_fmt_row(row), flush=True)
-            _, status, reason = await _join(base, video, http)
+            _, status, reason = await _join(base, video, http, results_only)
             report["one_more"] = {"status": status, "reason": reason}
             print(f"session {max_sessions + 1}: HTTP {status} ({reason})", flush=True)
             t0 = time.monotonic()
@@ -230,7 +232,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def bench_sessions(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
-                   cameras: int = 0) -> dict[str, Any]:
+                   cameras: int = 0, results_only: bool = False) -> dict[str, Any]:
     print("| sessions | results/s per session (slowest / median) | server latency p50 / p95 ms | misses % "
           "| frames/s analysed per camera (slowest) | server CPU % |\n|---|---|---|---|---|---|", flush=True)
-    return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras))
+    return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras, results_only))
