@@ -43,6 +43,7 @@ from streams.aiortc_adapter import (
 from streams.demo import DemoCamera
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.ratecontrol import VideoRateController
 from streams.redact import redact
 from streams.rtsp import Backoff, RtspCamera
 from streams.sdp_check import offer_problem
@@ -87,7 +88,7 @@ class Hub:
 
     async def start(self) -> None:
         self.service.start()
-        lower_video_bitrate_floor(60_000)  # annotated video may go below aiortc's 250 kbit/s on a narrow path
+        lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
         for c in self.config.cameras:
             cam = RtspCamera(c.name, c.url, c.transport, c.open_timeout_s, c.read_timeout_s,
                              Backoff(c.backoff_initial_s, c.backoff_max_s))

@@ -37,6 +37,9 @@ class VideoRateController:
     REMB_SHARE = 0.7  # video takes at most this share of what the peer says it can receive: results come first
     DRAINING_MS = 10.0  # RTT this much under the last cut's: the queue drains, the cut is working, wait
     DRAIN_WAIT_S = 3.0  # ... but not for longer than this
+    STARVE_AFTER_S = 1.0
+    STARVE_CLEAR_S = 3.0
+    STARVED_BPS = 20_000
     BITS_PER_PIXEL = 0.07  # per frame at 30 fps: what a picture of this size needs to look good, and no more
     HALF_SIZE_UNDER_BPS = 300_000  # half the width and height under this; full size again only from FULL_SIZE_BPS
     FULL_SIZE_BPS = 450_000
@@ -48,6 +51,9 @@ class VideoRateController:
         self._rtt_at_cut: float | None = None
         self._hold_until_s = -1e9
         self._late_probes = 0
+        self.starved = False  # the path cannot even hold the floor's video next to the results: a frame a second
+        self._floor_since: float | None = None
+        self._clean_since: float | None = None
         self._last_update_s: float | None = None
         self._scale = 2.0 if start_bps < self.HALF_SIZE_UNDER_BPS else 1.0
         self.picture_bps: float | None = None  # the ceiling for the picture's size (``set_picture``)
@@ -100,14 +106,34 @@ class VideoRateController:
             self.target_bps = min(self.target_bps, self.REMB_SHARE * float(remb_bps))
         ceiling = self.max_bps if self.picture_bps is None else min(self.max_bps, self.picture_bps)
         self.target_bps = min(float(ceiling), max(float(self.min_bps), self.target_bps))
+        self._starve(now_s, congested)
         if self.target_bps < self.HALF_SIZE_UNDER_BPS:
             self._scale = 2.0
         elif self.target_bps >= self.FULL_SIZE_BPS:
             self._scale = 1.0  # in between: as it was (a change of size is a keyframe, a burst of its own)
         return self.rate
 
+    def _starve(self, now_s: float, congested: bool) -> None:
+        """At the floor and still congested for STARVE_AFTER_S: the path cannot hold the results and even the
+        floor's video (250 kbit/s: ~150 for 30 results a second, the video's 60 on top), so the video goes to
+        a frame a second at STARVED_BPS until STARVE_CLEAR_S of a clean path."""
+        at_floor = self.target_bps <= self.min_bps * 1.01
+        if congested and at_floor:
+            self._clean_since = None
+            self._floor_since = now_s if self._floor_since is None else self._floor_since
+            if now_s - self._floor_since >= self.STARVE_AFTER_S:
+                self.starved = True
+        else:
+            self._floor_since = None
+            if not congested:
+                self._clean_since = now_s if self._clean_since is None else self._clean_since
+                if self.starved and now_s - self._clean_since >= self.STARVE_CLEAR_S:
+                    self.starved = False
+
     @property
     def rate(self) -> VideoRate:
+        if self.starved:
+            return VideoRate(self.STARVED_BPS, 1.0, 2.0)
         t = self.target_bps
         return VideoRate(round(t), 30.0 if t >= 300_000 else 15.0 if t >= 150_000 else 10.0, self._scale)
 

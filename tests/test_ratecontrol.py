@@ -18,7 +18,8 @@ def test_video_rate_cuts_at_once_on_loss_or_a_queue_and_rises_slowly() -> None:
     assert c.update(20.0, 0.0, 31.0, 30.0, remb_bps=200_000).target_bps == 140_000, "70 % of the peer's REMB"
     for t in range(40):
         rate = c.update(21.0 + t, 0.3, 300.0, 30.0)
-    assert rate.target_bps == 60_000 and rate.max_fps == 10.0, "never under the floor; fewer frames when narrow"
+    assert c.target_bps == 60_000, "never under the floor"
+    assert rate.target_bps == 20_000 and rate.max_fps == 1.0, "at the floor and still congested: a frame a second"
     assert VideoRateController(start_bps=200_000).rate.max_fps == 15.0
     assert VideoRateController(start_bps=800_000).update(0.0, 0.0, 400.0, 30.0).target_bps == 400_000, \
         "a long queue already: halved at once"
@@ -115,3 +116,13 @@ def test_uplink_reads_a_standing_queue_on_the_way_in_by_its_share_of_the_rtt() -
         # a standing queue on the way in: frames 300 ms late, the RTT up 330 ms (a little queue back too)
         req = req or queue.update(t, 0.0, 480, None, 300.0, 330.0)
     assert req is not None and req.max_bitrate_bps < 800_000, "cut, though late_ms (discounted) says 0"
+
+
+def test_video_starves_to_a_frame_a_second_when_the_path_cannot_hold_its_floor() -> None:
+    c = VideoRateController(start_bps=60_000)
+    for i in range(6):  # at the floor, and the path still queues (RTT 250 ms over a 30 ms floor)
+        rate = c.update(i * 0.25, 0.0, 280.0, 30.0)
+    assert c.starved and rate.target_bps == 20_000 and rate.max_fps == 1.0, rate
+    for i in range(6, 20):  # 3.5 s clean
+        rate = c.update(i * 0.25, 0.0, 31.0, 30.0)
+    assert not c.starved and rate.target_bps >= 60_000 and rate.max_fps == 10.0, rate
