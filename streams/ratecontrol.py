@@ -39,6 +39,7 @@ class VideoRateController:
     DRAIN_WAIT_S = 3.0  # ... but not for longer than this
     STARVE_AFTER_S = 1.0
     STARVE_CLEAR_S = 3.0
+    STARVE_TEST_S = 2.0
     STARVED_BPS = 20_000
     BITS_PER_PIXEL = 0.07  # per frame at 30 fps: what a picture of this size needs to look good, and no more
     HALF_SIZE_UNDER_BPS = 300_000  # half the width and height under this; full size again only from FULL_SIZE_BPS
@@ -52,6 +53,8 @@ class VideoRateController:
         self._hold_until_s = -1e9
         self._late_probes = 0
         self.starved = False  # the path cannot even hold the floor's video next to the results: a frame a second
+        self._starved_at: tuple[float, float] | None = None  # when, and the RTT then
+        self.floor_shift_ms = 0.0  # delay the path added that starving did not remove: not a queue of ours
         self._floor_since: float | None = None
         self._clean_since: float | None = None
         self._last_update_s: float | None = None
@@ -64,7 +67,8 @@ class VideoRateController:
             return True
         if rtt_ms is None or rtt_floor_ms is None:
             return False
-        return rtt_ms > rtt_floor_ms + self.RTT_RISE_MS and rtt_ms > 1.5 * rtt_floor_ms
+        floor = rtt_floor_ms + self.floor_shift_ms  # the path's own delay, once starving showed it is not ours
+        return rtt_ms > floor + self.RTT_RISE_MS and rtt_ms > 1.5 * floor
 
     def set_picture(self, width: int, height: int) -> None:
         """The annotated frames' full size: no more bits than it needs (a 320x240 picture gains nothing from 1
@@ -77,6 +81,8 @@ class VideoRateController:
         RTT says nothing of a cut made after it was sent): the new target."""
         dt = 0.0 if self._last_update_s is None else max(0.0, now_s - self._last_update_s)
         self._last_update_s = now_s
+        if rtt_ms is not None and rtt_floor_ms is not None and rtt_ms < rtt_floor_ms + self.floor_shift_ms / 2:
+            self.floor_shift_ms = 0.0  # the path's delay went back down
         congested = self.congested(loss_fraction, rtt_ms, rtt_floor_ms)
         if probe_sent_s is not None and loss_fraction < self.LOSS_CONGESTED:
             # one late probe may be the server's own event loop running late (it times the pongs): a queue makes
@@ -106,29 +112,38 @@ class VideoRateController:
             self.target_bps = min(self.target_bps, self.REMB_SHARE * float(remb_bps))
         ceiling = self.max_bps if self.picture_bps is None else min(self.max_bps, self.picture_bps)
         self.target_bps = min(float(ceiling), max(float(self.min_bps), self.target_bps))
-        self._starve(now_s, congested)
+        self._starve(now_s, congested, rtt_ms, rtt_floor_ms)
         if self.target_bps < self.HALF_SIZE_UNDER_BPS:
             self._scale = 2.0
         elif self.target_bps >= self.FULL_SIZE_BPS:
             self._scale = 1.0  # in between: as it was (a change of size is a keyframe, a burst of its own)
         return self.rate
 
-    def _starve(self, now_s: float, congested: bool) -> None:
+    def _starve(self, now_s: float, congested: bool, rtt_ms: float | None, rtt_floor_ms: float | None) -> None:
         """At the floor and still congested for STARVE_AFTER_S: the path cannot hold the results and even the
         floor's video (250 kbit/s: ~150 for 30 results a second, the video's 60 on top), so the video goes to
-        a frame a second at STARVED_BPS until STARVE_CLEAR_S of a clean path."""
+        a frame a second at STARVED_BPS until STARVE_CLEAR_S of a clean path. If starving does not bring the
+        RTT down within STARVE_TEST_S, the delay is the path's, not our queue (a step in delay): it becomes
+        the floor the RTT is judged against, and the video comes back."""
         at_floor = self.target_bps <= self.min_bps * 1.01
+        if self.starved and rtt_ms is not None and rtt_floor_ms is not None and self._starved_at is not None:
+            since, rtt_then = self._starved_at
+            if now_s - since >= self.STARVE_TEST_S and rtt_ms > 0.8 * rtt_then and congested:
+                self.floor_shift_ms = max(0.0, rtt_ms - rtt_floor_ms)
+                self.starved, self._starved_at, self._floor_since = False, None, None
+                return
         if congested and at_floor:
             self._clean_since = None
             self._floor_since = now_s if self._floor_since is None else self._floor_since
-            if now_s - self._floor_since >= self.STARVE_AFTER_S:
+            if now_s - self._floor_since >= self.STARVE_AFTER_S and not self.starved:
                 self.starved = True
+                self._starved_at = (now_s, rtt_ms if rtt_ms is not None else 0.0)
         else:
             self._floor_since = None
             if not congested:
                 self._clean_since = now_s if self._clean_since is None else self._clean_since
                 if self.starved and now_s - self._clean_since >= self.STARVE_CLEAR_S:
-                    self.starved = False
+                    self.starved, self._starved_at = False, None
 
     @property
     def rate(self) -> VideoRate:

@@ -126,3 +126,18 @@ def test_video_starves_to_a_frame_a_second_when_the_path_cannot_hold_its_floor()
     for i in range(6, 20):  # 3.5 s clean
         rate = c.update(i * 0.25, 0.0, 31.0, 30.0)
     assert not c.starved and rate.target_bps >= 60_000 and rate.max_fps == 10.0, rate
+
+
+def test_a_step_in_delay_that_starving_does_not_remove_becomes_the_floor() -> None:
+    c = VideoRateController(start_bps=60_000)
+    for i in range(6):  # at the floor, RTT 150 ms over a 20 ms floor: starve, as for a queue of ours
+        c.update(i * 0.25, 0.0, 170.0, 20.0)
+    assert c.starved
+    for i in range(6, 16):  # starving did not bring it down: the path's delay, not our queue
+        c.update(i * 0.25, 0.0, 170.0, 20.0)
+    assert not c.starved and c.floor_shift_ms == 150.0
+    for i in range(16, 40):  # no more cuts at that delay: the video comes back up
+        rate = c.update(i * 0.25, 0.0, 171.0, 20.0)
+    assert rate.target_bps > 60_000 and rate.max_fps == 10.0
+    c.update(11.0, 0.0, 21.0, 20.0)
+    assert c.floor_shift_ms == 0.0, "the delay went back down: the floor is the path's again"
