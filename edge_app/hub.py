@@ -303,6 +303,7 @@ class Hub:
         for session in self.sessions.values():
             session.model_changed(service.class_names, service.num_exits, backend.manifest.name)
         await old.service.stop()
+        self.metrics.set_model(backend.manifest.name, backend.providers[0])
         if self.config.policy.adapt_to_load:
             await self._start_governor(folder)  # the new model's own operating points
         log.info("model: now %s (%s, %d classes), policy %s", backend.manifest.name, folder, len(service.class_names),

@@ -68,12 +68,17 @@ class Metrics:
                                     "operating point, as a share of full depth (calibration traces)", registry=r)
         self.inference_load = Gauge("edge_inference_load", "Expected compute of the frames arriving, as a share of "
                                     "the inference threads' time", registry=r)
-        info = Gauge("edge_model_info", "The loaded model and the ONNX Runtime provider in use",
-                     ["model", "provider"], registry=r)
-        info.labels(model_name, providers[0]).set(1)
+        self.model_info = Gauge("edge_model_info", "The loaded model and the ONNX Runtime provider in use",
+                                ["model", "provider"], registry=r)
+        self.set_model(model_name, providers[0])
         for k in range(num_exits):  # export zeros from the start, so rates exist before the first frame
             self.exit_chosen.labels(str(k + 1))
             self.segment_runs.labels(str(k + 1))
+
+    def set_model(self, name: str, provider: str) -> None:
+        """The model served now (a deploy from the page changes it)."""
+        self.model_info.clear()
+        self.model_info.labels(name, provider).set(1)
 
     def add_live_state(self, sessions: Callable[[], int], cameras: Callable[[], Iterable[RtspCamera]]) -> None:
         self.registry.register(LiveStateCollector(sessions, cameras))

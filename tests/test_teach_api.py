@@ -152,6 +152,8 @@ async def test_api_refuses_bad_input_and_swaps_models_under_a_viewer(
         assert status == 200 and body["classes"] == ["cat", "empty"], body
         status, st = await _json(http, "GET", f"{base}/status")
         assert st["model"]["name"] == job["model"] and st["model_in_use"] == job["model"]
+        async with http.get(f"{base}/metrics") as r:
+            assert f'edge_model_info{{model="{job["model"]}"' in await r.text(), "the metrics name it too"
         await asyncio.sleep(1.0)
         assert len(viewer.results) > before, "the viewer's results kept flowing across the swap"
         assert any(m["type"] == "model" and m["classes"] == ["cat", "empty"] for m in viewer.messages), \
