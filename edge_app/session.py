@@ -351,7 +351,9 @@ class PeerSession:
 
     def network_view(self) -> NetworkView:
         est = snapshot(self.rtt, self.bitrate)
-        frame_bytes = (expected_frame_bytes(est.bitrate_bps, self._fps or 30.0) if self.outbound is not None
+        # an annotated frame's share of the path per result interval: at a lower frame rate (a narrow path) the
+        # frames are bigger but fewer, and a result never waits for one, so never count more than 1/30 s of it
+        frame_bytes = (expected_frame_bytes(est.bitrate_bps, max(self._fps, 30.0)) if self.outbound is not None
                        else JSON_RESULT_BYTES)
         return NetworkView(est, frame_bytes)
 

@@ -90,7 +90,7 @@ async def test_browser_style_session_end_to_end(app_config: Callable[..., Any], 
     assert last["session"] == answer["session"]
     assert "rtcp" in last["rtt_source"].split("+"), "RTT should come from RTCP receiver reports within 30 s"
     assert 0 < last["network"]["rtt_ms"] < 50, last["network"]
-    assert 250_000 <= last["network"]["bitrate_bps"] <= 1_500_000, "VP8 target within aiortc's clamp"
+    assert 20_000 <= last["network"]["bitrate_bps"] <= 1_500_000, "within the video rate controller's range"
     stamped = [r for r in results if r["stamp"] is not None]
     assert len(stamped) >= 0.9 * len(results), "the frame counter should survive VP8 coding"
     correct = [r["raw"]["class"] == video.label_of_stamp(r["stamp"]) for r in stamped]
@@ -104,7 +104,7 @@ async def test_browser_style_session_end_to_end(app_config: Callable[..., Any], 
     assert all(r["deadline_met"] for r in results[-60:]), "loopback frames should be well within budget"
     assert frames, "no annotated frame came back"
     back = frames[-1].to_ndarray(format="rgb24")
-    assert back.shape == (480, 640, 3)
+    assert back.shape in ((480, 640, 3), (240, 320, 3)), "full size, or half under 300 kbit/s (the rate's)"
     assert read_stamp(back) is not None, "the annotated frame is the analysed frame (stamp still there)"
     assert "rtcp" in status["sessions"][0]["rtt_source"].split("+")
     assert 'edge_frames_analysed_total{source="browser"}' in metrics
