@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR = Path(__file__).parent / "static"
 CONFIG_KEY = web.AppKey("config", AppConfig)
-SERVICE_KEY = web.AppKey("service", InferenceService)
 STARTED_KEY = web.AppKey("started", float)
 HUB_KEY = web.AppKey("hub", Hub)
 METRICS_KEY = web.AppKey("metrics", Metrics)
@@ -222,7 +221,6 @@ def create_app(config: AppConfig, service: InferenceService, token: str | None =
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[*cors, json_errors, *guards])
     app[LIMITER_KEY] = OfferRateLimiter(config.server.max_offers_per_minute)
     app[CONFIG_KEY] = config
-    app[SERVICE_KEY] = service
     app[STARTED_KEY] = time.monotonic()
     rt = service.backend
     metrics = Metrics(rt.manifest.name, rt.providers, rt.num_exits)

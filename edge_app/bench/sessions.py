@@ -51,6 +51,15 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peer_video(npz: Path | None) -> LabelledVideo:
+    """40 labelled demo frames (3 video frames each) from ``npz``, or random frames when it is absent."""
+    if npz is not None and npz.exists():
+        with np.load(npz) as z:
+            return LabelledVideo(z["images"][:40], z["labels"][:40], hold=3)
+    rng = np.random.default_rng(0)
+    return LabelledVideo(rng.integers(0, 256, (40, 96, 96, 3), dtype=np.uint8), np.zeros(40, int), hold=3)
+
+
 async def wait_healthy(http: aiohttp.ClientSession, base: str, timeout_s: float = 30.0) -> None:
     """Until the server at ``base`` answers /healthz (a server process just started)."""
     for _ in range(int(timeout_s * 10)):
@@ -112,12 +121,7 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
                cameras: int = 0, results_only: bool = False) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    if npz is not None and npz.exists():
-        with np.load(npz) as z:
-            video = LabelledVideo(z["images"][:40], z["labels"][:40], hold=3)
-    else:
-        rng = np.random.default_rng(0)
-        video = LabelledVideo(rng.integers(0, 256, (40, 96, 96, 3), dtype=np.uint8), np.zeros(40, int), hold=3)
+    video = peer_video(npz)
     rtsp: list[RtspServer] = []
     if cameras:
         if not gst_rtsp_available():

@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
-from edge_app.bench.sessions import _cpu_s, wait_healthy
-from edge_app.bench.testvideo import LabelledVideo, write_jpegs
+from edge_app.bench.sessions import _cpu_s, peer_video, wait_healthy
+from edge_app.bench.testvideo import write_jpegs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,13 +108,7 @@ async def bench(model: Path, viewers: int, window_s: float, npz: Path | None, ou
     if not gst_rtsp_available():
         raise SystemExit("needs GStreamer's RTSP server for the system Python (see README, set-up)")
     out.mkdir(parents=True, exist_ok=True)
-    if npz is not None and npz.exists():
-        with np.load(npz) as z:
-            video = LabelledVideo(z["images"][:40], z["labels"][:40], hold=3)
-    else:
-        rng = np.random.default_rng(0)
-        video = LabelledVideo(rng.integers(0, 256, (40, 96, 96, 3), dtype=np.uint8), np.zeros(40, int), hold=3)
-    camera = RtspServer(write_jpegs(out / "camera-frames", video), free_port(), size="640x480")
+    camera = RtspServer(write_jpegs(out / "camera-frames", peer_video(npz)), free_port(), size="640x480")
     camera.start()
     rows = []
     try:

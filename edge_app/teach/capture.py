@@ -54,7 +54,7 @@ class Recorder:
                      wait: bool = False) -> Recording:
         """``seconds`` 0: one snapshot (waited for). Else a recording in the background (``wait``: until done)."""
         self.store.classes(dataset)
-        self.store._class_dir(dataset, cls)
+        self.store.class_dir(dataset, cls)  # a 404 naming the classes when it is not there
         if not 0 <= seconds <= self.max_seconds:
             raise DatasetError(f"seconds must be between 0 and {self.max_seconds:g} ([training] max_record_s)")
         if not 0.1 <= fps <= 30:

@@ -89,7 +89,7 @@ class DatasetStore:
         (self._dir(dataset) / check_name("class", cls)).mkdir(exist_ok=True)
 
     def delete_class(self, dataset: str, cls: str) -> int:
-        self._class_dir(dataset, cls)
+        self.class_dir(dataset, cls)
         with self._lock:
             frames = self._frames(dataset)
             kept = [f for f in frames if f.cls != cls]
@@ -97,7 +97,7 @@ class DatasetStore:
             shutil.rmtree(self._dir(dataset) / cls)
         return len(frames) - len(kept)
 
-    def _class_dir(self, dataset: str, cls: str) -> Path:
+    def class_dir(self, dataset: str, cls: str) -> Path:
         d = self._dir(dataset) / check_name("class", cls)
         if not d.is_dir():
             raise DatasetError(f"dataset {dataset!r} has no class {cls!r}; its classes: {self.classes(dataset)}", 404)
@@ -107,7 +107,7 @@ class DatasetStore:
 
     def add_frame(self, dataset: str, cls: str, rgb: np.ndarray, source: str, t: float | None = None) -> Frame:
         """Store one (H, W, 3) uint8 RGB frame in ``cls``."""
-        folder = self._class_dir(dataset, cls)
+        folder = self.class_dir(dataset, cls)
         t = time.time() if t is None else t
         frame = Frame(f"{int(t * 1000):013d}-{uuid.uuid4().hex[:6]}", cls, source, round(t, 3),
                       int(rgb.shape[1]), int(rgb.shape[0]))
