@@ -52,6 +52,8 @@ class ServerConfig(_Section):
     shutdown_timeout_s: float = Field(5.0, gt=0, le=120, description="bounded time to close peers on shutdown")
     share_camera_encoder: bool = Field(True, description="encode a camera's annotated video once for all its "
                                        "viewers (false: one encoder per viewer, each at its own path's rate)")
+    camera_passthrough: bool = Field(True, description="forward a camera's own H.264 (no B-frames) to the viewers "
+                                     "that draw the analysis themselves (the page), with no transcode")
     peer_timeout_s: float = Field(10.0, ge=1, le=600, description="close a session whose data channel has "
                                   "answered no ping for this long (a peer that vanished without closing)")
     connect_timeout_s: float = Field(15.0, ge=1, le=600, description="close a session that has not connected "

@@ -37,17 +37,19 @@ from streams.aiortc_adapter import (
     lower_video_bitrate_floor,
     negotiated_codec,
     peer_receives,
+    prefer_codec,
     skip_long_gaps,
     tap_rtcp,
 )
 from streams.demo import DemoCamera
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.passthrough import CameraPassthrough, passthrough_problem
 from streams.ratecontrol import VideoRateController
 from streams.redact import redact
 from streams.rtsp import Backoff, RtspCamera
 from streams.sdp_check import offer_problem
-from streams.shared_video import SharedEncoder
+from streams.shared_video import SharedEncoder, VideoFanout
 from streams.webrtc import TrackReader
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ class Hub:
         self.closed: dict[str, int] = {}  # sessions closed so far, by reason
         self.governor: LoadGovernor | None = None  # [policy] adapt_to_load
         self.shared_encoders: dict[tuple[str, str], SharedEncoder] = {}  # (camera, codec): one for all its viewers
+        self.passthroughs: dict[str, CameraPassthrough] = {}  # camera: its own H.264 to the viewers who draw
         self._encodes: set[asyncio.Future[None]] = set()
         b = config.budget
         self._prior = NetworkView(snapshot(RttEstimator(b.rtt_prior_ms), BitrateEstimator(b.bitrate_prior_kbps * 1e3)),
@@ -144,7 +147,8 @@ class Hub:
         return self._prior if i is None else views[i]
 
     async def create_session(self, offer: RTCSessionDescription, camera: str | None, probe: bool,
-                             full_results: bool = False) -> tuple[PeerSession, RTCSessionDescription]:
+                             full_results: bool = False, picture: str = "annotated"
+                             ) -> tuple[PeerSession, RTCSessionDescription]:
         """Answer ``offer``; raise ``OfferRefused`` with the HTTP status and a reason when it cannot be used.
 
         The session takes its slot before the first ``await`` (a burst of offers cannot overshoot
@@ -163,7 +167,7 @@ class Hub:
         self.sessions[session.id] = session  # the slot is taken from here on
         session.start()
         try:
-            answer = await self._answer(session, offer, camera)
+            answer = await self._answer(session, offer, camera, picture)
         except OfferRefused:
             await session.close()
             raise
@@ -194,8 +198,8 @@ class Hub:
         pc.on("iceconnectionstatechange", session.on_ice_state)
         return session
 
-    async def _answer(self, session: PeerSession, offer: RTCSessionDescription, camera: str | None
-                      ) -> RTCSessionDescription:
+    async def _answer(self, session: PeerSession, offer: RTCSessionDescription, camera: str | None,
+                      picture: str = "annotated") -> RTCSessionDescription:
         """Wire the session to its tracks and make the answer.
 
         Only the tracks the app uses are received: the browser's first video track (when it analyses its own
@@ -218,8 +222,8 @@ class Hub:
             (t for t in video if peer_receives(t)), None)
         used = {t for t in (back, analysed if camera is None else None) if t is not None}
         if back is not None:
-            shared = camera is not None and self.config.server.share_camera_encoder
-            session.attach_outbound(back, self._shared_encoder(camera, back) if shared and camera else None)
+            source = None if camera is None else self._camera_video(session, camera, back, picture)
+            session.attach_outbound(back, source)
         if camera is None and analysed is not None:
             self._analyse_browser_camera(session, analysed)
         elif camera is not None:
@@ -233,6 +237,57 @@ class Hub:
                 t.direction = "sendonly" if t is back else "recvonly"
         await pc.setLocalDescription(await pc.createAnswer())
         return pc.localDescription
+
+    def _camera_video(self, session: PeerSession, camera: str, transceiver: Any, picture: str
+                      ) -> VideoFanout | None:
+        """Where a camera viewer's video comes from: the camera's own H.264 when the viewer draws the analysis
+        itself (``picture="camera"``) and the camera's stream can go to a browser as it is; else the camera's one
+        encoder of annotated video (None: ``share_camera_encoder`` is off, the viewer gets its own)."""
+        if picture == "camera" and self.config.server.camera_passthrough:
+            problem = self._passthrough_problem(camera)
+            if problem is None and prefer_codec(transceiver, "video/H264"):
+                session.on_passthrough_congested = self._passthrough_congested
+                return self._passthrough(camera, transceiver)
+            log.info("session %s: annotated video of camera %s, not its own: %s", session.id, camera,
+                     problem or "the viewer did not offer H.264")
+        return self._shared_encoder(camera, transceiver) if self.config.server.share_camera_encoder else None
+
+    def _passthrough_problem(self, camera: str) -> str | None:
+        cam = self.cameras[camera]
+        if not isinstance(cam, RtspCamera):
+            return "the demo camera has no compressed stream to forward"
+        return passthrough_problem(cam.codec)
+
+    def _passthrough(self, camera: str, transceiver: Any) -> CameraPassthrough:
+        cam = self.cameras[camera]
+        pt = self.passthroughs.get(camera)
+        if pt is None:
+            pt = self.passthroughs[camera] = CameraPassthrough(f"{camera}/H264", negotiated_codec(transceiver),
+                                                               asyncio.get_running_loop())
+            pt.on_empty = lambda: self._drop_passthrough(camera)
+            pt.on_unfit = lambda why: self._passthrough_unfit(camera, why)
+            cam.packet_sink = pt.on_packet
+            log.info("camera %s: forwarding its own H.264 to the viewers who draw the analysis (no transcode)", camera)
+        pt.picture = cam.resolution
+        return pt
+
+    def _drop_passthrough(self, camera: str) -> None:
+        if self.passthroughs.pop(camera, None) is not None:
+            self.cameras[camera].packet_sink = None
+
+    def _leave_passthrough(self, session: PeerSession, why: str) -> None:
+        assert session.camera is not None and session.video_sender is not None
+        transceiver = next(t for t in session.pc.getTransceivers() if t.sender is session.video_sender)
+        shared = self._shared_encoder(session.camera, transceiver) if self.config.server.share_camera_encoder else None
+        session.leave_passthrough(shared, why)
+
+    def _passthrough_congested(self, session: PeerSession) -> None:
+        self._leave_passthrough(session, "its path is congested at the camera's own bitrate")
+
+    def _passthrough_unfit(self, camera: str, why: str) -> None:
+        """The camera's stream changed (B-frames, another codec): its viewers get annotated video instead."""
+        for session in [s for s in self.sessions.values() if s.camera == camera and s.passthrough]:
+            self._leave_passthrough(session, why)
 
     def _shared_encoder(self, camera: str, transceiver: Any) -> SharedEncoder:
         """The one encoder of ``camera``'s annotated video for the codec this viewer negotiated: the camera's
@@ -361,6 +416,7 @@ class Hub:
             "viewers": sum(1 for s in self.sessions.values() if s.camera == name),
             "frames_rendered": pipe.rendered,
             "live_accuracy": _live_accuracy(pipe.scored),
+            "passthrough": self._passthrough_status(name),
             "encoders": [{"codec": e.codec.mimeType, "viewers": len(e.viewers), "frames_encoded": e.encoded,
                           "keyframes_requested": e.keyframes_requested, "target_bps": e.target_bps}
                          for (cam_name, _), e in self.shared_encoders.items() if cam_name == name],
@@ -368,6 +424,14 @@ class Hub:
                                                       "confidence": round(last.smoothed_confidence, 3),
                                                       "exit": last.exit},
         }
+
+
+    def _passthrough_status(self, name: str) -> dict[str, Any]:
+        """Whether the camera's own H.264 can go to viewers as it is (and why not), and how it goes."""
+        problem = self._passthrough_problem(name) if self.config.server.camera_passthrough else \
+            "[server] camera_passthrough is off"
+        pt = self.passthroughs.get(name)
+        return {"possible": problem is None, "reason": problem, **(pt.status() if pt else {"viewers": 0})}
 
 
 def _live_accuracy(scored: dict[str, int]) -> dict[str, Any] | None:

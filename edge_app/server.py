@@ -60,6 +60,10 @@ class Offer(BaseModel):
     probe: bool = Field(False, description="read the frame counter stamped in the left margin of each frame")
     results: Literal["compact", "full"] = Field("compact", description="compact results (a full one each second), "
                                                 "or every field on every result")
+    video: Literal["annotated", "camera"] = Field("annotated", description="a camera viewer's video: the analysis "
+                                                  "drawn in (annotated), or the camera's own picture, forwarded "
+                                                  "without a transcode where it can be, with the client drawing "
+                                                  "the analysis from the results (camera)")
 
 
 def json_error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -166,7 +170,8 @@ async def _answer_offer(request: web.Request) -> web.Response:
         log.debug("offer from %s: ignoring keys %s", client, [k[:40] for k in unknown[:10]])
     try:
         session, answer = await request.app[HUB_KEY].create_session(
-            RTCSessionDescription(sdp=body.sdp, type=body.type), body.camera, body.probe, body.results == "full")
+            RTCSessionDescription(sdp=body.sdp, type=body.type), body.camera, body.probe, body.results == "full",
+            body.video)
     except OfferRefused as exc:
         metrics.offers.labels(f"refused-{exc.status}").inc()
         return json_error(exc.status, exc.reason)

@@ -46,9 +46,10 @@ from streams.aiortc_adapter import (
     tap_rtcp_rtt,
 )
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
+from streams.passthrough import CameraPassthrough
 from streams.ratecontrol import UplinkController, VideoRateController
 from streams.redact import redact
-from streams.shared_video import SharedEncoder, SharedVideoTrack
+from streams.shared_video import SENDER_ENCODER, SharedVideoTrack, VideoFanout
 from streams.webrtc import OutboundVideoTrack, TrackReader
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,10 @@ class PeerSession:
         self.rtt_sources: set[str] = set()  # what has given RTT samples: "rtcp", "datachannel"
         self.receive_estimate_bps: int | None = None
         self.outbound: OutboundVideoTrack | SharedVideoTrack | None = None  # shared: a camera's one encoder
+        # when the camera's own H.264 goes to this viewer and its path congests: the hub moves it to an encoder
+        self.on_passthrough_congested: Callable[[PeerSession], None] | None = None
+        self._picture_sent: str | None = None
+        self._cuts_at_attach = 0
         self.video_sender: RTCRtpSender | None = None
         self.channel: RTCDataChannel | None = None
         self.own_pipeline: AnalysisPipeline | None = None  # analyses this browser's camera
@@ -129,24 +134,59 @@ class PeerSession:
         self.watched = pipeline
         pipeline.subscribe(self._on_output, video=isinstance(self.outbound, OutboundVideoTrack))
 
-    def attach_outbound(self, transceiver: Any, shared: SharedEncoder | None = None) -> None:
-        """Send annotated video on ``transceiver`` (a video m-line on which the peer receives): encoded for this
-        viewer alone, or from ``shared``, a camera's one encoder for all its viewers. Its bitrate and frame rate
-        follow what the viewer's receiver reports say about the path (``VideoRateController``)."""
-        sender = transceiver.sender
+    def attach_outbound(self, transceiver: Any, shared: VideoFanout | None = None) -> None:
+        """Send video on ``transceiver`` (a video m-line on which the peer receives): annotated and encoded for this
+        viewer alone, or from ``shared``: a camera's one encoder for all its viewers, or the camera's own H.264
+        (``CameraPassthrough``; the page draws the overlay). Its bitrate and frame rate follow what the viewer's
+        receiver reports say about the path (``VideoRateController``)."""
+        self.video_sender = transceiver.sender
+        self.video_rate = VideoRateController()
+        self._use_outbound(shared)
+        taps = RtcpTaps(on_loss=self._on_loss, on_remb_bps=self._on_remb, after=self._apply_video_rate,
+                        on_keyframe_request=self._keyframe_requested)
+        tap_rtcp_rtt(self.video_sender, self._on_rtcp_rtt, self.heard, taps)
+
+    def _use_outbound(self, shared: VideoFanout | None) -> None:
+        sender, old = self.video_sender, self.outbound
+        assert sender is not None and self.video_rate is not None
         if shared is None:
             self.outbound = OutboundVideoTrack(self._on_video_dropped)
+            if old is not None:
+                setattr(sender, SENDER_ENCODER, None)  # aiortc makes an encoder again on the first frame
         else:
             self.outbound = SharedVideoTrack(shared)
             shared.add(self.outbound, sender)
+            if shared.picture is not None:
+                self.video_rate.set_picture(*shared.picture)
         sender.replaceTrack(self.outbound)
-        self.video_sender = sender
-        self.video_rate = VideoRateController()
-        if shared is not None:
-            self.video_rate.set_picture(*(shared.picture or (640, 480)))
-        taps = RtcpTaps(on_loss=self._on_loss, on_remb_bps=self._on_remb, after=self._apply_video_rate,
-                        on_keyframe_request=shared.request_keyframe if shared is not None else None)
-        tap_rtcp_rtt(self.video_sender, self._on_rtcp_rtt, self.heard, taps)
+        if old is not None:
+            old.stop()
+        self._cuts_at_attach = self.video_rate.cuts
+
+    def leave_passthrough(self, shared: VideoFanout | None, why: str) -> None:
+        """From the camera's own H.264 to annotated video (``shared``: the camera's encoder; None: this viewer's
+        own), which follows the path's rate; the page is told, and stops drawing its overlay."""
+        if not self.passthrough:
+            return
+        log.info("session %s: %s; sending annotated video instead of the camera's own", self.id, why)
+        self._use_outbound(shared)
+        if shared is None and self.watched is not None:
+            self.watched.unsubscribe(self._on_output)
+            self.watched.subscribe(self._on_output, video=True)
+        self._report_picture()
+
+    @property
+    def passthrough(self) -> bool:
+        return isinstance(self.outbound, SharedVideoTrack) and isinstance(self.outbound.encoder, CameraPassthrough)
+
+    @property
+    def picture(self) -> str | None:
+        """What the video sent shows: "camera" (its own picture; the page draws the analysis), "annotated"."""
+        return None if self.outbound is None else "camera" if self.passthrough else "annotated"
+
+    def _keyframe_requested(self) -> None:
+        if isinstance(self.outbound, SharedVideoTrack):
+            self.outbound.encoder.request_keyframe()
 
     def _on_rtcp_rtt(self, rtt_ms: float) -> None:
         self._rtt_sample(rtt_ms, "rtcp")
@@ -172,6 +212,8 @@ class PeerSession:
         if self.outbound is not None:
             self.outbound.max_fps = rate.max_fps
             self.outbound.scale_down = rate.scale_down
+        if self.passthrough and self.video_rate.cuts > self._cuts_at_attach and self.on_passthrough_congested:
+            self.on_passthrough_congested(self)  # the camera's bitrate does not fit this path
 
     def _apply_video_rate(self) -> None:
         if self.video_rate is not None and self.video_sender is not None:
@@ -312,6 +354,12 @@ class PeerSession:
             return False
         return True
 
+    def _report_picture(self) -> None:
+        """Tell the viewer what its video shows: {"type": "video", "picture": "camera" | "annotated"}."""
+        picture = self.picture
+        if picture is not None and picture != self._picture_sent and self._send({"type": "video", "picture": picture}):
+            self._picture_sent = picture
+
     def _report_source(self) -> None:
         """Tell a camera viewer when its camera's state changes: {"type": "source", "state", "reason"}."""
         if self._source_state is None or self.channel is None or self.channel.readyState != "open":
@@ -375,6 +423,7 @@ class PeerSession:
                 self._fps = fps if self._fps == 0 else 0.7 * self._fps + 0.3 * fps
                 self._sent_at_poll = (now, self.outbound.sent)
             self._report_source()
+            self._report_picture()
             self._watch_incoming(now)
             if self.connected_after_s is not None:
                 if self._last_heard is None:
@@ -410,6 +459,7 @@ class PeerSession:
             "camera": self.camera,
             "sends_video": self.own_pipeline is not None,
             "receives_video": self.outbound is not None,
+            "picture": self.picture,
             "data_channel": self.channel.readyState if self.channel is not None else None,
             "age_s": round(time.monotonic() - self.created_s, 1),
             "rtt_ms": round(est.rtt_ms, 2),

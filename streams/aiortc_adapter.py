@@ -295,6 +295,20 @@ class GapSkippingJitterBuffer(JitterBuffer):
         return True
 
 
+def prefer_codec(transceiver: Any, mime_type: str) -> bool:
+    """Put ``mime_type`` first among the codecs negotiated on ``transceiver`` (after ``setRemoteDescription``, before
+    the answer): the answer lists it first and aiortc sends with it. False when the peer did not offer it."""
+    codecs = getattr(transceiver, "_codecs", None)
+    if codecs is None:
+        raise AiortcInternalsError("aiortc's RTCRtpTransceiver has no negotiated _codecs: this aiortc version is "
+                                   "not the one edge-app was tested with")
+    first = [c for c in codecs if c.mimeType.lower() == mime_type.lower()]
+    if not first:
+        return False
+    transceiver._codecs = first + [c for c in codecs if c not in first]
+    return True
+
+
 def negotiated_codec(transceiver: Any) -> Any:
     """The codec this transceiver will send with (aiortc sends with the first it negotiated)."""
     codecs = getattr(transceiver, "_codecs", None)

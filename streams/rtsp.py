@@ -13,6 +13,10 @@ flow again) and reconnects, until ``await stop()``.  ``state``,
 by the status endpoint and the metrics.  The URL's password never appears in
 any of them or in the log (``streams.redact``).
 
+The thread demuxes before it decodes: each compressed packet goes to ``packet_sink`` when one is set (the
+camera's own H.264 forwarded to viewers with no transcode, ``streams.passthrough``), then to the decoder.
+``codec`` describes the camera's stream (codec, profile, parameter sets, whether B-frames were seen).
+
 aiortc's ``MediaPlayer`` is not used: it does not reconnect and its queue is
 unbounded.
 """
@@ -24,10 +28,12 @@ import errno
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import av
+from av.video.frame import PictureType
 
 from streams.frames import LatestSlot, SourceFrame
 from streams.redact import add_url_secrets, redact, redact_url
@@ -37,6 +43,22 @@ log = logging.getLogger(__name__)
 CameraState = Literal["connecting", "streaming", "backoff", "stopped"]
 Transport = Literal["tcp", "udp"]
 STATES: tuple[CameraState, ...] = ("connecting", "streaming", "backoff", "stopped")
+
+
+@dataclass
+class CodecInfo:
+    """The camera's video stream as the last connection found it."""
+
+    name: str  # FFmpeg's codec name: "h264", "hevc", "mjpeg", ...
+    profile: str | None  # "Constrained Baseline", "Main", "High", ...
+    pix_fmt: str | None
+    extradata: bytes  # out-of-band parameter sets (for RTSP H.264: sprop-parameter-sets, Annex B)
+    b_frames: bool = False  # a B-frame was decoded, or packets came out of presentation order
+    keyframes: int = 0  # keyframes seen on this connection
+
+
+#: called in the reader thread with each compressed packet (before it is decoded) and its arrival time
+PacketSink = Callable[["av.Packet[Any]", CodecInfo, float], None]
 
 
 @dataclass(frozen=True)
@@ -70,6 +92,8 @@ class RtspCamera:
         self.last_error: str | None = None
         self.resolution: tuple[int, int] | None = None  # (width, height) of the last frame
         self.slot: LatestSlot[SourceFrame] | None = None
+        self.codec: CodecInfo | None = None
+        self.packet_sink: PacketSink | None = None
         self._fell_back_to: set[Transport] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,22 +170,41 @@ class RtspCamera:
         return redact(str(exc))
 
     def _stream_once(self) -> bool:
-        """Open, decode until the stream ends or stop is asked; True if any frame was decoded."""
+        """Open, demux and decode until the stream ends or stop is asked; True if any frame was decoded."""
         options = {"rtsp_transport": self.transport_in_use, "fflags": "nobuffer", "flags": "low_delay"}
         got_frame = False
         with av.open(self.url, options=options, timeout=(self.open_timeout_s, self.read_timeout_s)) as container:
             stream = container.streams.video[0]
-            for frame in container.decode(stream):
+            ctx = stream.codec_context
+            codec = self.codec = CodecInfo(ctx.name, ctx.profile, ctx.format.name if ctx.format else None,
+                                           bytes(ctx.extradata or b""), b_frames=bool(ctx.has_b_frames))
+            last_pts: int | None = None
+            for packet in container.demux(stream):
                 if self._stop.is_set():
                     break
-                if not got_frame:
-                    got_frame = True
-                    self.connects += 1
-                    self.state = "streaming"
-                    self.last_error = None
-                    log.info("camera %s: streaming %dx%d", self.name, frame.width, frame.height)
-                self.resolution = (frame.width, frame.height)
-                assert self.slot is not None
-                self.slot.put_threadsafe(SourceFrame(frame, self.frames, time.monotonic(), self.name))
-                self.frames += 1
+                now = time.monotonic()
+                if packet.size:  # the last one is empty: it flushes the decoder
+                    if packet.pts is not None:
+                        if last_pts is not None and packet.pts < last_pts:
+                            codec.b_frames = True  # out of presentation order: the stream reorders
+                        last_pts = packet.pts
+                    if packet.is_keyframe:
+                        codec.keyframes += 1
+                    sink = self.packet_sink
+                    if sink is not None:
+                        sink(packet, codec, now)
+                for frame in packet.decode():
+                    if frame.pict_type == PictureType.B:
+                        codec.b_frames = True
+                    if not got_frame:
+                        got_frame = True
+                        self.connects += 1
+                        self.state = "streaming"
+                        self.last_error = None
+                        log.info("camera %s: streaming %dx%d %s%s", self.name, frame.width, frame.height,
+                                 codec.name, f" ({codec.profile})" if codec.profile else "")
+                    self.resolution = (frame.width, frame.height)
+                    assert self.slot is not None
+                    self.slot.put_threadsafe(SourceFrame(frame, self.frames, now, self.name))
+                    self.frames += 1
         return got_frame

@@ -9,7 +9,10 @@ encoder's bitrate and frame rate follow the slowest viewer (one encode cannot su
 controller still measures its own path).
 
 A viewer whose sender falls behind never gets a stream with holes: past ``MAX_QUEUED`` chunks its queue is
-emptied and a keyframe is asked for, so it starts again cleanly.
+emptied and a keyframe is asked for, so it starts again cleanly. A viewer starts, and starts again, on a keyframe.
+
+``VideoFanout`` is what a viewer's track sees of its source: ``SharedEncoder`` here, and
+``streams.passthrough.CameraPassthrough``, which forwards a camera's own H.264 with no encode at all.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class EncodedChunk:
 
     payloads: list[bytes]
     timestamp: int
+    keyframe: bool = False
 
 
 class PayloadPacker:
@@ -68,11 +72,12 @@ class PayloadPacker:
 class SharedVideoTrack(MediaStreamTrack):
     kind = "video"
 
-    def __init__(self, encoder: SharedEncoder) -> None:
+    def __init__(self, encoder: VideoFanout) -> None:
         super().__init__()
         self.encoder = encoder
         self._queue: deque[EncodedChunk] = deque()
         self._ready = asyncio.Event()
+        self._need_keyframe = True  # a decoder can start only on one
         self.sent = 0
         self.dropped = 0
         self.max_fps = 30.0  # set by this viewer's rate controller; the encoder takes the lowest
@@ -83,7 +88,12 @@ class SharedVideoTrack(MediaStreamTrack):
         if len(self._queue) >= MAX_QUEUED:  # behind: start again from a keyframe rather than send a broken stream
             self.dropped += len(self._queue)
             self._queue.clear()
+            self._need_keyframe = True
             self.encoder.request_keyframe()
+        if self._need_keyframe and not chunk.keyframe:
+            self.dropped += 1
+            return
+        self._need_keyframe = False
         self._queue.append(chunk)
         self._ready.set()
 
@@ -102,23 +112,16 @@ class SharedVideoTrack(MediaStreamTrack):
         self._ready.set()
 
 
-class SharedEncoder:
-    """The one encoder of a source's annotated video for one codec; ``encode(frame)`` from the pipeline."""
+class VideoFanout:
+    """One source of encoded video for many viewers' tracks: who watches, their senders' targets, keyframes."""
 
-    def __init__(self, name: str, codec: RTCRtpCodecParameters, executor: Any = None) -> None:
+    def __init__(self, name: str, codec: RTCRtpCodecParameters) -> None:
         self.name = name
         self.codec = codec
-        self._encoder: Any = None
-        self._executor = executor
         self.viewers: set[SharedVideoTrack] = set()
-        self.encoded = 0  # frames encoded (once each, whatever the number of viewers)
         self.keyframes_requested = 0
-        self._force_keyframe = True
-        self._t0: float | None = None
-        self._last_s = 0.0
-        self._busy = False
         self.target_bps: int | None = None
-        self.picture: tuple[int, int] | None = None  # the annotated frames' full size, once one came
+        self.picture: tuple[int, int] | None = None  # the frames' full size, once one came
         self.on_empty: Callable[[], None] | None = None  # the last viewer left
 
     def add(self, track: SharedVideoTrack, sender: Any) -> None:
@@ -135,17 +138,41 @@ class SharedEncoder:
 
     def request_keyframe(self) -> None:
         self.keyframes_requested += 1
-        self._force_keyframe = True
 
     def _retarget(self) -> None:
         targets = [t.packer.target_bitrate for t in self.viewers if t.packer and t.packer.target_bitrate]
         self.target_bps = min(targets) if targets else None
-        if self._encoder is not None and self.target_bps is not None and hasattr(self._encoder, "target_bitrate"):
-            self._encoder.target_bitrate = self.target_bps
 
     @property
     def max_fps(self) -> float:
         return min((t.max_fps for t in self.viewers), default=30.0)
+
+    def _offer(self, chunk: EncodedChunk) -> None:
+        for track in list(self.viewers):
+            track.offer_chunk(chunk)
+
+
+class SharedEncoder(VideoFanout):
+    """The one encoder of a source's annotated video for one codec; ``encode(frame)`` from the pipeline."""
+
+    def __init__(self, name: str, codec: RTCRtpCodecParameters, executor: Any = None) -> None:
+        super().__init__(name, codec)
+        self._encoder: Any = None
+        self._executor = executor
+        self.encoded = 0  # frames encoded (once each, whatever the number of viewers)
+        self._force_keyframe = True
+        self._t0: float | None = None
+        self._last_s = 0.0
+        self._busy = False
+
+    def request_keyframe(self) -> None:
+        super().request_keyframe()
+        self._force_keyframe = True
+
+    def _retarget(self) -> None:
+        super()._retarget()
+        if self._encoder is not None and self.target_bps is not None and hasattr(self._encoder, "target_bitrate"):
+            self._encoder.target_bitrate = self.target_bps
 
     async def encode(self, frame: av.VideoFrame) -> None:
         """Encode ``frame`` once (off the event loop) and queue its payloads for every viewer; a frame that comes
@@ -172,8 +199,7 @@ class SharedEncoder:
         finally:
             self._busy = False
         if not payloads:
+            self._force_keyframe = self._force_keyframe or keyframe  # the keyframe asked for is still owed
             return
         self.encoded += 1
-        chunk = EncodedChunk(payloads, timestamp)
-        for track in list(self.viewers):
-            track.offer_chunk(chunk)
+        self._offer(EncodedChunk(payloads, timestamp, keyframe))

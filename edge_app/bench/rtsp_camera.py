@@ -31,9 +31,9 @@ class RtspServer:
     """gst-rtsp-server in a subprocess of the system Python; start() waits for READY."""
 
     def __init__(self, frames: Path, port: int, fps: int = 30, size: str | None = None,
-                 protocols: str = "both") -> None:
+                 protocols: str = "both", bframes: int = 0) -> None:
         self.cmd = [SYSTEM_PYTHON, str(SERVER), "--frames", str(frames), "--port", str(port), "--fps", str(fps),
-                    "--protocols", protocols]
+                    "--protocols", protocols, "--bframes", str(bframes)]
         if size:
             self.cmd += ["--size", size]
         self.url = f"rtsp://127.0.0.1:{port}/cam"

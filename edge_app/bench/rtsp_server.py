@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--fps", type=int, default=30)
     ap.add_argument("--size", default=None, help="scale to WxH (default: the files' size)")
     ap.add_argument("--mount", default="/cam")
+    ap.add_argument("--bframes", type=int, default=0, help="B-frames between references (a camera that reorders)")
     ap.add_argument("--protocols", choices=["tcp", "udp", "both"], default="both",
                     help="RTSP lower transports the server accepts (a camera that refuses one answers 461)")
     args = ap.parse_args()
@@ -41,9 +42,13 @@ def main() -> int:
     if args.size:
         w, h = args.size.lower().split("x")
         scale = f"! videoscale ! video/x-raw,width={int(w)},height={int(h)} ! videoconvert "  # caps between elements
+    # zerolatency rules B-frames out; a camera that sends them (bframes > 0) is encoded without it
+    x264 = (f"x264enc tune=zerolatency speed-preset=ultrafast" if not args.bframes else
+            f"x264enc speed-preset=ultrafast bframes={args.bframes} b-adapt=false")
+    profile = "! video/x-h264,profile=high " if args.bframes else ""  # rtph264pay would settle on baseline
     launch = (f"( multifilesrc location={args.frames} loop=true caps=image/jpeg,framerate={args.fps}/1 "
               f"! jpegdec ! videoconvert {scale}! video/x-raw,format=I420 "
-              f"! x264enc tune=zerolatency speed-preset=ultrafast key-int-max={args.fps} bitrate=2000 "
+              f"! {x264} key-int-max={args.fps} bitrate=2000 {profile}"
               f"! rtph264pay name=pay0 pt=96 config-interval=1 )")
     server = GstRtspServer.RTSPServer()
     server.set_address(args.address)

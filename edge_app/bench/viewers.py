@@ -30,12 +30,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Viewer:
-    """An aiortc peer watching a camera: annotated video back (frames decoded and counted) and the results."""
+    """An aiortc peer watching a camera: video back (frames decoded and counted) and the results. ``picture``:
+    "annotated" (the analysis drawn in) or "camera" (its own picture, forwarded where it can be; the server says
+    which in a ``video`` message, kept in ``pictures``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, picture: str = "annotated") -> None:
         self.pc = RTCPeerConnection()
         self.pc.addTransceiver("video", direction="recvonly")
+        self.picture = picture
+        self.pictures: list[str] = []
         self.frames = 0
+        self.sizes: set[tuple[int, int]] = set()
         self.results = 0
         self._tasks: set[asyncio.Future[None]] = set()
         channel = self.pc.createDataChannel("results", ordered=False, maxRetransmits=0)
@@ -46,19 +51,22 @@ class Viewer:
             if msg["type"] == "ping":
                 channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
             self.results += msg["type"] == "result"
+            if msg["type"] == "video":
+                self.pictures.append(msg["picture"])
 
         @self.pc.on("track")
         def on_track(track: Any) -> None:
             async def pull() -> None:
                 with contextlib.suppress(MediaStreamError):
                     while True:
-                        await track.recv()
+                        frame = await track.recv()
                         self.frames += 1
+                        self.sizes.add((frame.width, frame.height))
             self._tasks.add(asyncio.ensure_future(pull()))
 
     async def join(self, http: aiohttp.ClientSession, base: str, camera: str = "cam") -> None:
         await self.pc.setLocalDescription(await self.pc.createOffer())
-        body = {"sdp": self.pc.localDescription.sdp, "type": "offer", "camera": camera}
+        body = {"sdp": self.pc.localDescription.sdp, "type": "offer", "camera": camera, "video": self.picture}
         async with http.post(f"{base}/offer", json=body) as r:
             answer = await r.json()
             if r.status != 200:

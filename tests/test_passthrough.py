@@ -1,0 +1,108 @@
+"""A camera's own H.264 goes to the viewers who draw the analysis themselves, with no decode-encode: nothing is
+rendered or encoded for them, they decode the camera's picture at its own size, and the results still flow. A
+camera that sends B-frames is refused (with the reason in /status), and its viewers get annotated video."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+
+from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
+from edge_app.bench.testvideo import LabelledVideo, write_jpegs
+from edge_app.bench.viewers import Viewer
+from tests.conftest import skip_or_fail
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def camera_frames(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> Path:
+    if not gst_rtsp_available():
+        skip_or_fail("needs GStreamer's RTSP server for the system Python (.ci/run installs it)")
+    images, labels = demo_test_split
+    return write_jpegs(tmp_path / "frames", LabelledVideo(images[:60], labels[:60], hold=3))
+
+
+@pytest.fixture
+def rtsp_camera(camera_frames: Path) -> Iterator[RtspServer]:
+    server = RtspServer(camera_frames, free_port(), size="640x480")
+    server.start()
+    yield server
+    server.stop()
+
+
+async def _camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    async with http.get(f"{base}/status") as r:
+        return dict((await r.json())["cameras"][0])
+
+
+async def _until(http: aiohttp.ClientSession, base: str, pred: Callable[[dict[str, Any]], bool],
+                 timeout_s: float = 20.0) -> dict[str, Any]:
+    t_end = time.monotonic() + timeout_s
+    while True:
+        cam = await _camera(http, base)
+        if pred(cam):
+            return cam
+        if time.monotonic() > t_end:
+            raise AssertionError(f"camera never got there: {cam}")
+        await asyncio.sleep(0.2)
+
+
+async def test_the_cameras_own_h264_reaches_viewers_without_a_transcode(app_config: Callable[..., Any], serve: Any,
+                                                                      rtsp_camera: RtspServer) -> None:
+    cfg = app_config(cameras=[{"name": "cam", "url": rtsp_camera.url, "transport": "tcp"}])
+    async with serve(cfg) as base, aiohttp.ClientSession() as http:
+        await _until(http, base, lambda c: c["passthrough"]["possible"])
+        a, b = Viewer("camera"), Viewer("camera")
+        await a.join(http, base)
+        await b.join(http, base)
+        await asyncio.sleep(5.0)
+        both = await _camera(http, base)
+        c = Viewer()  # a viewer that wants the analysis drawn in gets it from the one encoder, as before
+        await c.join(http, base)
+        await asyncio.sleep(3.0)
+        mixed = await _camera(http, base)
+        for v in (a, b, c):
+            await v.pc.close()
+        await asyncio.sleep(1.5)
+        after = await _camera(http, base)
+    pt = both["passthrough"]
+    print(f"two passthrough viewers: {pt}, rendered {both['frames_rendered']}, encoders {both['encoders']}; "
+          f"decoded a {a.frames} b {b.frames} c {c.frames} at {a.sizes} / {c.sizes}; results a {a.results}; "
+          f"then {mixed['passthrough']} and {mixed['encoders']}")
+    assert pt["viewers"] == 2 and pt["frames_forwarded"] >= 100, pt
+    assert both["encoders"] == [] and both["frames_rendered"] == 0, "nothing rendered or encoded for them"
+    assert a.pictures == ["camera"] and c.pictures == ["annotated"], (a.pictures, c.pictures)
+    assert a.frames >= 90 and b.frames >= 90, (a.frames, b.frames)
+    assert a.sizes == {(640, 480)} == b.sizes, "the camera's own picture, at its own size"
+    assert a.results >= 90 and b.results >= 90, "the results still flow"
+    assert 1.0e6 < pt["bitrate_bps"] < 4.0e6, "the camera's 2 Mbit/s, as it is"
+    assert mixed["passthrough"]["viewers"] == 2 and len(mixed["encoders"]) == 1 and c.frames >= 30
+    assert after["passthrough"] == {"possible": True, "reason": None, "viewers": 0}
+
+
+async def test_a_camera_with_b_frames_is_transcoded(app_config: Callable[..., Any], serve: Any,
+                                                    camera_frames: Path) -> None:
+    server = RtspServer(camera_frames, free_port(), size="640x480", bframes=2)
+    server.start()
+    try:
+        cfg = app_config(cameras=[{"name": "cam", "url": server.url, "transport": "tcp"}])
+        async with serve(cfg) as base, aiohttp.ClientSession() as http:
+            cam = await _until(http, base, lambda c: c["state"] == "streaming" and c["frames"] >= 60)
+            v = Viewer("camera")
+            await v.join(http, base)
+            await asyncio.sleep(4.0)
+            watched = await _camera(http, base)
+            await v.pc.close()
+    finally:
+        server.stop()
+    print(f"B-frames: {cam['passthrough']}; viewer got {v.pictures}, {v.frames} frames; {watched['encoders']}")
+    assert not cam["passthrough"]["possible"] and "B-frames" in cam["passthrough"]["reason"], cam["passthrough"]
+    assert v.pictures == ["annotated"] and v.frames >= 30 and len(watched["encoders"]) == 1
