@@ -20,6 +20,7 @@ from edge_app.bench.viewers import Viewer
 from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.slow
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "test-passthrough"
 
 
 @pytest.fixture
@@ -106,3 +107,35 @@ async def test_a_camera_with_b_frames_is_transcoded(app_config: Callable[..., An
     print(f"B-frames: {cam['passthrough']}; viewer got {v.pictures}, {v.frames} frames; {watched['encoders']}")
     assert not cam["passthrough"]["possible"] and "B-frames" in cam["passthrough"]["reason"], cam["passthrough"]
     assert v.pictures == ["annotated"] and v.frames >= 30 and len(watched["encoders"]) == 1
+
+
+@pytest.mark.browser
+async def test_the_page_draws_the_analysis_over_the_cameras_own_picture(app_config: Callable[..., Any], serve: Any,
+                                                                       browser: Any, rtsp_camera: RtspServer
+                                                                       ) -> None:
+    """Chromium watches the camera: it gets the camera's own H.264 and draws each result over the frame it belongs
+    to (matched by when its packets came; with ?probe=1 the counter in the picked frame is checked)."""
+    cfg = app_config(cameras=[{"name": "cam", "url": rtsp_camera.url, "transport": "tcp", "probe": True}])
+    async with serve(cfg) as base, browser() as page, aiohttp.ClientSession() as http:
+        await _until(http, base, lambda c: c["passthrough"]["possible"])
+        await page.goto(f"{base}/?camera=cam&probe=1")
+        await page.click("#connect")
+        await page.wait_for_function("() => edge.error || (edge.results >= 120 && edge.framesDecoded >= 60"
+                                     " && edge.matcher && edge.matcher.errorsFrames.length >= 60)", timeout=60_000)
+        seen = await page.evaluate("() => { const e = edge.matcher.errorsFrames, v = document.getElementById('video');"
+                                   " return {error: edge.error, picture: edge.picture, width: v.videoWidth,"
+                                   " decoded: edge.framesDecoded, drawn: edge.overlayDrawn, results: edge.results,"
+                                   " matched: edge.matcher.matched, unmatched: edge.matcher.unmatched,"
+                                   " checked: e.length, exact: e.filter((d) => d === 0).length,"
+                                   " within_one: e.filter((d) => Math.abs(d) <= 1).length,"
+                                   " off_by: e.reduce((h, d) => { h[d] = (h[d] || 0) + 1; return h; }, {})}; }")
+        page.on("console", lambda m: print("console:", m.text))
+        cam = await _camera(http, base)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "camera-own-picture.png"))
+    print(f"camera's own picture in Chromium: {seen}; server: {cam['passthrough']}, rendered {cam['frames_rendered']}")
+    assert seen["error"] is None and seen["picture"] == "camera" and seen["width"] == 640, seen
+    assert cam["passthrough"]["viewers"] == 1 and cam["frames_rendered"] == 0 and cam["encoders"] == []
+    assert seen["matched"] >= 0.8 * (seen["matched"] + seen["unmatched"]), f"most results found their frame: {seen}"
+    assert seen["exact"] >= 0.7 * seen["checked"] and seen["within_one"] >= 0.95 * seen["checked"], \
+        f"each result is drawn over the frame it belongs to: {seen}"

@@ -10,7 +10,7 @@ const params = new URLSearchParams(location.search);
 const probe = params.has("probe") ? await import("./probe.js") : null;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, overlayDrawn: 0, matcher: null, model: null, models: 0, sourceState: null, connectTimer: null, browserRttMs: null,
+  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, picture: null, overlayDrawn: 0, matcher: null, model: null, models: 0, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
   probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
@@ -159,13 +159,16 @@ async function connect() {
         edge.matcher.start();
       }
     } else {
+      // a camera: its own picture where the server can forward it as it is (no transcode), with the analysis
+      // drawn here; the server says which picture it sends ({"type": "video"}); ?annotated=1 asks for it drawn in
       edge.videoBack = true;
       pc.addTransceiver("video", { direction: "recvonly" });
     }
     await pc.setLocalDescription(await pc.createOffer());
     await waitIceGathering(pc);
     const r = await api("/offer", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ sdp: pc.localDescription.sdp, type: "offer", camera, probe: params.has("probe") }) });
+      body: JSON.stringify({ sdp: pc.localDescription.sdp, type: "offer", camera, probe: params.has("probe"),
+        video: params.has("annotated") ? "annotated" : "camera" }) });
     const answer = await r.json();
     if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
     edge.session = answer.session;
@@ -177,13 +180,26 @@ async function connect() {
   }
 }
 
+// What the video from the server shows: "camera" (the camera's own picture: each result is drawn here, over the
+// frame it belongs to, matched by when its packets came) or "annotated" (the server drew the analysis in).
+function pictureChanged(picture) {
+  edge.picture = picture;
+  if (edge.matcher) edge.matcher.stop();
+  edge.matcher = null;
+  clearOverlay($("overlay"));
+  if (picture === "camera") {
+    edge.matcher = new FrameMatcher($("video"), $("overlay"), "received");
+    edge.matcher.start();
+  }
+}
+
 function teardown() {
   clearTimeout(edge.connectTimer);
   clearOverlay($("overlay"));
   if (edge.matcher) edge.matcher.stop();
   if (edge.pc) edge.pc.close();
   if (edge.localStream) edge.localStream.getTracks().forEach((t) => t.stop());
-  edge.pc = edge.channel = edge.localStream = edge.matcher = null;
+  edge.pc = edge.channel = edge.localStream = edge.matcher = edge.picture = null;
 }
 
 function disconnect() { teardown(); setState("idle"); }
@@ -199,6 +215,7 @@ function onMessage(channel, data) {
   if (msg.type === "source") { showSource(msg); return; }
   if (msg.type === "uplink") { applyUplink(msg); return; }
   if (msg.type === "model") { modelChanged(msg); return; }
+  if (msg.type === "video") { pictureChanged(msg.picture); return; }
   if (msg.type !== "result") return;
   if (edge.probe) {
     msg.arrival_ms = probe.wallMs();
@@ -219,7 +236,7 @@ function onMessage(channel, data) {
     charts.budget.push(t, [Math.max(0, msg.budget.compute_ms), msg.costs.actual_ms, msg.latency_ms]);
   }
   showResult(msg);
-  if (!edge.videoBack) {
+  if (!edge.videoBack || edge.picture === "camera") {
     if (edge.matcher) edge.matcher.draw(msg, edge.numExits, probe ? probe.stampOf : null);
     else drawOverlay($("overlay"), $("video"), msg, edge.numExits);  // a watched camera's results, no local frames
     edge.overlayDrawn += 1;
@@ -288,7 +305,8 @@ async function pollStats() {
     charts.rate.push(t, [rate, recv]);
   }
   $("browser-rtt").textContent = rtt === null ? "–" : `${rtt.toFixed(1)} ms`;
-  $("fps").textContent = edge.videoFps === null ? "–" : `${edge.videoFps.toFixed(0)} fps`;
+  const what = { camera: " · the camera's own picture, analysis drawn here", annotated: " · analysis drawn in" };
+  $("fps").textContent = (edge.videoFps === null ? "–" : `${edge.videoFps.toFixed(0)} fps`) + (what[edge.picture] || "");
   if (probe) {
     const l = probe.probeLatencies(edge.probe), f = (v) => (v === null ? "–" : `${v.toFixed(0)}`);
     $("g2g").textContent = `result ${f(l.result_p50)} / ${f(l.result_p95)} ms, display ${f(l.display_p50)} / ${f(l.display_p95)} ms (p50 / p95)`;

@@ -12,19 +12,27 @@
 // the picture is then as far behind live as the results are (shown on it). Where no kept frame is within
 // MATCH_MS (a browser without requestVideoFrameCallback, before the first ping), the overlay goes over the live
 // video and the result counts as unmatched.
+//
+// Over a camera's own picture (clock "received": the server forwards the camera's packets as they come, with no
+// transcode), a frame is known by when its packets came: the video frame callback's receiveTime, against the
+// server's arrival time of the frame moved into our clock by the smallest ping gap (which holds the one-way floor),
+// A result usually comes before its frame (the video waits in the jitter buffer and the decoder, the analysis
+// takes a few ms), so it is held until a frame at or after its time has come, or for HOLD_MS at most.
 
 const KEEP_MS = 1500, MATCH_MS = 50, SKEW_SAMPLES = 40, MAX_WIDTH = 640, CODEC_MS = 20;
+const HOLD_MS = 150;  // over a camera's own picture, how long a result may wait for its frame to come
 
 export const wallMs = () => performance.timeOrigin + performance.now();
 
 export class FrameMatcher {
-  constructor(video, canvas) {
-    this.video = video; this.canvas = canvas;
+  constructor(video, canvas, clock = "captured") {
+    this.video = video; this.canvas = canvas; this.clock = clock;
     this.frames = [];  // {t: capture time (wall ms), bmp}
     this.skews = [];  // our clock minus the server's, as its pings land (ms)
     this.rttMin = null;
     this.matched = 0; this.unmatched = 0;
     this.errorsFrames = [];  // probe mode: picked frame's counter less the analysed frame's, per matched result
+    this.pending = [];  // clock "received": results waiting for their frame
     this.running = false;
   }
 
@@ -36,7 +44,8 @@ export class FrameMatcher {
       if (!this.running) return;
       v.requestVideoFrameCallback(onFrame);
       if (!v.videoWidth) return;
-      const t = performance.timeOrigin + now;  // when it is shown (a generated track has no captureTime)
+      // when it came (a remote frame's receiveTime), else when it is shown (a generated track has no captureTime)
+      const t = performance.timeOrigin + (this.clock === "received" && meta.receiveTime ? meta.receiveTime : now);
       const scale = Math.min(1, MAX_WIDTH / v.videoWidth);
       try {
         const bmp = await createImageBitmap(v, { resizeWidth: Math.round(v.videoWidth * scale),
@@ -45,12 +54,14 @@ export class FrameMatcher {
         this.frames.push({ t, bmp });
       } catch { return; }  // a frame that went away meanwhile
       while (this.frames.length && this.frames[0].t < t - KEEP_MS) this.frames.shift().bmp.close();
+      this.flush();
     };
     v.requestVideoFrameCallback(onFrame);
   }
 
   stop() {
     this.running = false;
+    this.pending = [];
     for (const f of this.frames) f.bmp.close();
     this.frames = [];
   }
@@ -65,6 +76,7 @@ export class FrameMatcher {
 
   captureTime(m) {
     if (!this.skews.length || typeof m.arrived_unix_ms !== "number") return null;
+    if (this.clock === "received") return m.arrived_unix_ms + Math.min(...this.skews);
     return m.arrived_unix_ms + Math.min(...this.skews) - (this.rttMin ?? 0) - ((m.budget && m.budget.late_ms) || 0)
       - CODEC_MS;
   }
@@ -79,6 +91,26 @@ export class FrameMatcher {
 
   // Draw ``m`` (a result) over its frame; ``stampOf(bitmap)``, in probe mode, reads a kept frame's counter.
   draw(m, numExits, stampOf = null) {
+    if (this.clock !== "received" || !this.running) { this.place(m, numExits, stampOf, true); return; }
+    this.pending.push({ m, numExits, stampOf, at: wallMs() });
+    setTimeout(() => this.flush(), HOLD_MS);
+    this.flush();
+  }
+
+  // Results whose frame has come (or that waited HOLD_MS) are placed; the newest of them is drawn.
+  flush() {
+    const last = this.frames.length ? this.frames[this.frames.length - 1].t : -Infinity;
+    let ready = null;
+    while (this.pending.length) {
+      const p = this.pending[0], t = this.captureTime(p.m);
+      if (t !== null && !p.m.reused && t > last + MATCH_MS / 2 && wallMs() - p.at < HOLD_MS) break;
+      if (ready) this.place(ready.m, ready.numExits, ready.stampOf, false);
+      ready = this.pending.shift();
+    }
+    if (ready) this.place(ready.m, ready.numExits, ready.stampOf, true);
+  }
+
+  place(m, numExits, stampOf, show) {
     const frame = this.frameFor(m);
     if (frame) {
       this.matched += 1;
@@ -87,7 +119,7 @@ export class FrameMatcher {
     } else {
       this.unmatched += 1;
     }
-    drawOverlay(this.canvas, this.video, m, numExits, frame);
+    if (show) drawOverlay(this.canvas, this.video, m, numExits, frame);
   }
 }
 
