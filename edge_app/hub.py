@@ -278,8 +278,8 @@ class Hub:
     def _leave_passthrough(self, session: PeerSession, why: str) -> None:
         assert session.camera is not None and session.video_sender is not None
         transceiver = next(t for t in session.pc.getTransceivers() if t.sender is session.video_sender)
-        shared = self._shared_encoder(session.camera, transceiver) if self.config.server.share_camera_encoder else None
-        session.leave_passthrough(shared, why)
+        own = None if self.config.server.share_camera_encoder else session.id
+        session.leave_passthrough(self._shared_encoder(session.camera, transceiver, own), why)
 
     def _passthrough_congested(self, session: PeerSession) -> None:
         self._leave_passthrough(session, "its path is congested at the camera's own bitrate")
@@ -289,11 +289,12 @@ class Hub:
         for session in [s for s in self.sessions.values() if s.camera == camera and s.passthrough]:
             self._leave_passthrough(session, why)
 
-    def _shared_encoder(self, camera: str, transceiver: Any) -> SharedEncoder:
+    def _shared_encoder(self, camera: str, transceiver: Any, viewer: str | None = None) -> SharedEncoder:
         """The one encoder of ``camera``'s annotated video for the codec this viewer negotiated: the camera's
-        pipeline renders and it encodes each frame once, for every viewer (``streams.shared_video``)."""
+        pipeline renders and it encodes each frame once, for every viewer (``streams.shared_video``). ``viewer``:
+        an encoder for that session alone (a viewer leaving passthrough while ``share_camera_encoder`` is off)."""
         codec = negotiated_codec(transceiver)
-        key = (camera, codec.mimeType.lower())
+        key = (camera, codec.mimeType.lower() + (f"/{viewer}" if viewer else ""))
         enc = self.shared_encoders.get(key)
         if enc is None:
             enc = self.shared_encoders[key] = SharedEncoder(f"{camera}/{codec.mimeType}", codec, self.media)

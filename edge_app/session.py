@@ -49,7 +49,7 @@ from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.passthrough import CameraPassthrough
 from streams.ratecontrol import UplinkController, VideoRateController
 from streams.redact import redact
-from streams.shared_video import SENDER_ENCODER, SharedVideoTrack, VideoFanout
+from streams.shared_video import SharedVideoTrack, VideoFanout
 from streams.webrtc import OutboundVideoTrack, TrackReader
 
 log = logging.getLogger(__name__)
@@ -147,32 +147,25 @@ class PeerSession:
         tap_rtcp_rtt(self.video_sender, self._on_rtcp_rtt, self.heard, taps)
 
     def _use_outbound(self, shared: VideoFanout | None) -> None:
-        sender, old = self.video_sender, self.outbound
+        sender = self.video_sender
         assert sender is not None and self.video_rate is not None
         if shared is None:
             self.outbound = OutboundVideoTrack(self._on_video_dropped)
-            if old is not None:
-                setattr(sender, SENDER_ENCODER, None)  # aiortc makes an encoder again on the first frame
         else:
             self.outbound = SharedVideoTrack(shared)
             shared.add(self.outbound, sender)
             if shared.picture is not None:
                 self.video_rate.set_picture(*shared.picture)
         sender.replaceTrack(self.outbound)
-        if old is not None:
-            old.stop()
         self._cuts_at_attach = self.video_rate.cuts
 
-    def leave_passthrough(self, shared: VideoFanout | None, why: str) -> None:
-        """From the camera's own H.264 to annotated video (``shared``: the camera's encoder; None: this viewer's
-        own), which follows the path's rate; the page is told, and stops drawing its overlay."""
-        if not self.passthrough:
+    def leave_passthrough(self, encoder: VideoFanout, why: str) -> None:
+        """From the camera's own H.264 to annotated video from ``encoder`` (the camera's one encoder, or one for
+        this viewer alone), which follows the path's rate; the page is told, and stops drawing its overlay."""
+        if not self.passthrough or not isinstance(self.outbound, SharedVideoTrack):
             return
         log.info("session %s: %s; sending annotated video instead of the camera's own", self.id, why)
-        self._use_outbound(shared)
-        if shared is None and self.watched is not None:
-            self.watched.unsubscribe(self._on_output)
-            self.watched.subscribe(self._on_output, video=True)
+        self.outbound.switch(encoder)
         self._report_picture()
 
     @property

@@ -65,6 +65,10 @@ class PayloadPacker:
         self._target = int(bps)
         self._on_target()
 
+    def retarget_to(self, on_target: Callable[[], None]) -> None:
+        self._on_target = on_target
+        on_target()
+
     def pack(self, chunk: EncodedChunk) -> tuple[list[bytes], int]:
         return chunk.payloads, chunk.timestamp
 
@@ -106,6 +110,18 @@ class SharedVideoTrack(MediaStreamTrack):
         self.sent += 1
         return self._queue.popleft()
 
+    def switch(self, source: VideoFanout) -> None:
+        """Take chunks from ``source`` from now on (its sender, already waiting on this track, carries on), starting
+        on its next keyframe. A sender cannot change tracks mid-stream: aiortc stops sending when the track it
+        waits on ends."""
+        old, self.encoder = self.encoder, source
+        self._queue.clear()
+        self._need_keyframe = True
+        if self.packer is not None:
+            self.packer.retarget_to(source._retarget)
+        old.remove(self)
+        source.join(self)
+
     def stop(self) -> None:
         self.encoder.remove(self)
         super().stop()
@@ -128,6 +144,9 @@ class VideoFanout:
         """``track`` is sent by ``sender``: give the sender a packer, and start the viewer on a keyframe."""
         track.packer = PayloadPacker(self._retarget)
         setattr(sender, SENDER_ENCODER, track.packer)
+        self.join(track)
+
+    def join(self, track: SharedVideoTrack) -> None:
         self.viewers.add(track)
         self.request_keyframe()
 

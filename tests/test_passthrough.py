@@ -139,3 +139,47 @@ async def test_the_page_draws_the_analysis_over_the_cameras_own_picture(app_conf
     assert seen["matched"] >= 0.8 * (seen["matched"] + seen["unmatched"]), f"most results found their frame: {seen}"
     assert seen["exact"] >= 0.7 * seen["checked"] and seen["within_one"] >= 0.95 * seen["checked"], \
         f"each result is drawn over the frame it belongs to: {seen}"
+
+
+async def test_a_congested_viewer_moves_to_annotated_video(app_config: Callable[..., Any],
+                                                           rtsp_camera: RtspServer) -> None:
+    """The camera's bitrate cannot follow a path: when the viewer's rate controller cuts (here: receiver reports
+    of 30 % loss, fed to the session as RTCP would), the viewer moves to the camera's encoder, which adapts; the
+    other viewer keeps the camera's own picture, and the moved one keeps decoding."""
+    from aiohttp import web
+
+    from edge_app.cli import inference_service
+    from edge_app.server import HUB_KEY, create_app
+
+    cfg = app_config(cameras=[{"name": "cam", "url": rtsp_camera.url, "transport": "tcp"}])
+    app = create_app(cfg, inference_service(cfg))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as http:
+            await _until(http, base, lambda c: c["passthrough"]["possible"])
+            a, b = Viewer("camera"), Viewer("camera")
+            await a.join(http, base)
+            await b.join(http, base)
+            await asyncio.sleep(3.0)
+            hub = app[HUB_KEY]
+            congested = next(s for s in hub.sessions.values() if s.passthrough)
+            frames_before = {id(v): v.frames for v in (a, b)}
+            congested._on_loss(0.3)
+            await asyncio.sleep(3.0)
+            cam = await _camera(http, base)
+            moved = next(v for v in (a, b) if v.pictures[-1:] == ["annotated"])
+            kept = b if moved is a else a
+            for v in (a, b):
+                await v.pc.close()
+    finally:
+        await runner.cleanup()
+    print(f"after the cut: {cam['passthrough']}, {cam['encoders']}; moved viewer {moved.pictures} "
+          f"{frames_before[id(moved)]} -> {moved.frames} frames at {moved.sizes}")
+    assert cam["passthrough"]["viewers"] == 1 and len(cam["encoders"]) == 1 and cam["encoders"][0]["viewers"] == 1
+    assert moved.pictures == ["camera", "annotated"] and kept.pictures == ["camera"]
+    assert moved.frames >= frames_before[id(moved)] + 30, "the moved viewer keeps decoding"
+    assert kept.frames >= frames_before[id(kept)] + 60

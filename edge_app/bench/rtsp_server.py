@@ -43,7 +43,7 @@ def main() -> int:
         w, h = args.size.lower().split("x")
         scale = f"! videoscale ! video/x-raw,width={int(w)},height={int(h)} ! videoconvert "  # caps between elements
     # zerolatency rules B-frames out; a camera that sends them (bframes > 0) is encoded without it
-    x264 = (f"x264enc tune=zerolatency speed-preset=ultrafast" if not args.bframes else
+    x264 = ("x264enc tune=zerolatency speed-preset=ultrafast" if not args.bframes else
             f"x264enc speed-preset=ultrafast bframes={args.bframes} b-adapt=false")
     profile = "! video/x-h264,profile=high " if args.bframes else ""  # rtph264pay would settle on baseline
     launch = (f"( multifilesrc location={args.frames} loop=true caps=image/jpeg,framerate={args.fps}/1 "
