@@ -223,8 +223,8 @@ def add_tool_commands(sub: Any) -> None:
     bo.add_argument("--seconds", type=float, default=20.0)
     bo.add_argument("--segment-ms", default="4,4,4", help="the emulated device's segment times")
     bo.set_defaults(func=cmd_bench_overload)
-    bv = sub.add_parser("bench-viewers", help="server CPU of a camera with 1 and N video viewers, encoded once "
-                                              "for all of them vs once per viewer")
+    bv = sub.add_parser("bench-viewers", help="server CPU of a camera with 1 and N video viewers: its own H.264 "
+                                              "forwarded, encoded once for all of them, once per viewer")
     bv.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     bv.add_argument("--viewers", type=int, default=4)
     bv.add_argument("--window", type=float, default=10.0)

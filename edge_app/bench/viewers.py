@@ -1,10 +1,11 @@
-"""``edge-app bench-viewers``: the server CPU of one camera watched by 1 and by N video viewers, with the
-camera's annotated video encoded once for all of them (``[server] share_camera_encoder``, the default) and
-with one encoder per viewer, in one run.
+"""``edge-app bench-viewers``: the server CPU of one camera watched by 1 and by N video viewers, in one run, three
+ways: the camera's own H.264 forwarded with no transcode (viewers that draw the analysis themselves, as the page
+does), its annotated video encoded once for all viewers (``[server] share_camera_encoder``, the default), and one
+encoder per viewer.
 
 A real ``edge-app serve`` process analyses one RTSP camera (GStreamer's test server on loopback, 640x480 H.264 at
-30 fps). aiortc peers in this process watch it (annotated video back and the results); the server process's CPU
-is read from /proc over each window. The peers' VP8 decode runs on the same cores.
+30 fps). aiortc peers in this process watch it (video back and the results); the server process's CPU is read from
+/proc over each window. The peers' decode runs on the same cores.
 """
 
 from __future__ import annotations
@@ -74,35 +75,49 @@ class Viewer:
         await self.pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
 
 
-async def _measure(shared: bool, viewers: int, window_s: float, camera_url: str, model: Path, out: Path
+MODES = {"passthrough": "camera's own H.264, no transcode", "shared": "annotated, encoded once for all viewers",
+         "own": "annotated, encoded once per viewer"}
+
+
+async def _camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    async with http.get(f"{base}/status") as r:
+        return dict(next(c for c in (await r.json())["cameras"]))
+
+
+async def _measure(mode: str, viewers: int, window_s: float, camera_url: str, model: Path, out: Path
                    ) -> dict[str, Any]:
     port = free_port()
-    cfg = out / f"config-{'shared' if shared else 'own'}-{viewers}.toml"
+    cfg = out / f"config-{mode}-{viewers}.toml"
     cfg.write_text(f'[server]\nport = {port}\nmax_sessions = 16\nice_host_addresses = ["127.0.0.1"]\n'
-                   f'share_camera_encoder = {"true" if shared else "false"}\n\n[model]\npath = "{model}"\n\n'
+                   f'share_camera_encoder = {"false" if mode == "own" else "true"}\n\n[model]\npath = "{model}"\n\n'
                    f'[[cameras]]\nname = "cam"\nurl = "{camera_url}"\n')
-    log = (out / f"server-{'shared' if shared else 'own'}-{viewers}.log").open("wb")
+    log = (out / f"server-{mode}-{viewers}.log").open("wb")
     server = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config", str(cfg)], cwd=REPO,
                               stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    peers = [Viewer() for _ in range(viewers)]
+    peers = [Viewer("camera" if mode == "passthrough" else "annotated") for _ in range(viewers)]
     try:
         async with aiohttp.ClientSession() as http:
             await wait_healthy(http, base)
+            t_end = time.monotonic() + 30
+            while mode == "passthrough" and not (await _camera(http, base))["passthrough"]["possible"]:
+                if time.monotonic() > t_end:
+                    raise RuntimeError(f"the camera's H.264 cannot be forwarded: {await _camera(http, base)}")
+                await asyncio.sleep(0.2)
             for p in peers:
                 await p.join(http, base)
             await asyncio.sleep(4.0)  # connect, the first keyframes, the encoders' rate settling
             f0, c0, t0 = [p.frames for p in peers], _cpu_s(server.pid), time.monotonic()
-            async with http.get(f"{base}/status") as r:
-                a0 = next(c for c in (await r.json())["cameras"])["frames_analysed"]
+            a0 = (await _camera(http, base))["frames_analysed"]
             await asyncio.sleep(window_s)
             wall = time.monotonic() - t0
             cpu = 100 * (_cpu_s(server.pid) - c0) / wall
-            async with http.get(f"{base}/status") as r:
-                cam = next(c for c in (await r.json())["cameras"])
+            cam = await _camera(http, base)
         fps = [(p.frames - f) / wall for p, f in zip(peers, f0, strict=True)]
-        return {"shared": shared, "viewers": viewers, "server_cpu_pct": cpu, "viewer_fps_min": min(fps),
-                "analysed_fps": (cam["frames_analysed"] - a0) / wall, "encoders": cam["encoders"]}
+        pictures = {p.pictures[-1] if p.pictures else "?" for p in peers}
+        return {"mode": mode, "viewers": viewers, "server_cpu_pct": cpu, "viewer_fps_min": min(fps),
+                "analysed_fps": (cam["frames_analysed"] - a0) / wall, "encoders": cam["encoders"],
+                "passthrough_viewers": cam["passthrough"]["viewers"], "pictures": pictures}
     finally:
         for p in peers:
             await p.pc.close()
@@ -120,19 +135,20 @@ async def bench(model: Path, viewers: int, window_s: float, npz: Path | None, ou
     camera.start()
     rows = []
     try:
-        for shared in (True, False):
+        for mode in MODES:
             for n in (1, viewers):
-                rows.append(await _measure(shared, n, window_s, camera.url, model, out))
+                rows.append(await _measure(mode, n, window_s, camera.url, model, out))
     finally:
         camera.stop()
     lines = [f"one RTSP camera (640x480 H.264, 30 fps), {window_s:g} s windows; server CPU in % of one core", "",
-             "| encoding | viewers | server CPU % | vs 1 viewer | frames analysed/s | slowest viewer fps | encoders |",
+             "| video | viewers | server CPU % | vs 1 viewer | frames analysed/s | slowest viewer fps | sent as |",
              "|---|---|---|---|---|---|---|"]
-    for shared in (True, False):
-        mine = [r for r in rows if r["shared"] == shared]
+    for mode, words in MODES.items():
+        mine = [r for r in rows if r["mode"] == mode]
         for r in mine:
-            enc = ", ".join(f"{e['codec']} x{e['viewers']}" for e in r["encoders"]) or "one per viewer"
-            lines.append(f"| {'once for all viewers' if shared else 'once per viewer'} | {r['viewers']} | "
-                         f"{r['server_cpu_pct']:.0f} | {r['server_cpu_pct'] / mine[0]['server_cpu_pct']:.2f}× | "
-                         f"{r['analysed_fps']:.1f} | {r['viewer_fps_min']:.1f} | {enc} |")
+            sent = ", ".join([*(f"forwarded x{r['passthrough_viewers']}" for _ in [1] if r["passthrough_viewers"]),
+                              *(f"{e['codec']} encoder x{e['viewers']}" for e in r["encoders"])]) or "one per viewer"
+            lines.append(f"| {words} | {r['viewers']} | {r['server_cpu_pct']:.0f} | "
+                         f"{r['server_cpu_pct'] / mine[0]['server_cpu_pct']:.2f}× | {r['analysed_fps']:.1f} | "
+                         f"{r['viewer_fps_min']:.1f} | {sent} |")
     return "\n".join(lines)
