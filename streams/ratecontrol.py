@@ -169,7 +169,11 @@ class UplinkController:
     60 % of what it is every ``CUT_EVERY_S``; after ``CALM_S`` of
     frames on time, raise it by a quarter every ``CALM_S``, and lift it altogether above ``MAX_BPS``.  Under
     400 kbit/s ask for half the resolution (never under ``min_height`` pixels: the model still needs its input
-    size), under 150 kbit/s for 15 fps."""
+    size), under 150 kbit/s for 15 fps.
+
+    ``max_height``: a session that only wants results asks for no more lines than the analysis uses (the browser
+    scales its camera down before it encodes; the server then decodes a quarter of the pixels), from its first
+    frame on, and every later request keeps to it."""
 
     LATE_MS = 60.0
     CALM_MS = 20.0
@@ -184,8 +188,9 @@ class UplinkController:
     RAMP_MS = 15.0  # transit up this much in each half of the last second: a queue filling, not a step
     UPLINK_SHARE = 0.75  # the frames' extra transit is at least this share of the RTT's rise: a queue on the way in
 
-    def __init__(self, min_height: int = 240) -> None:
+    def __init__(self, min_height: int = 240, max_height: int | None = None) -> None:
         self.min_height = min_height
+        self.max_height = max_height
         self.cap_bps: float | None = None  # None: no limit asked for
         self._first_s: float | None = None
         self._full_height = 0  # the tallest frame seen: the camera's own height, before any scaling
@@ -229,8 +234,11 @@ class UplinkController:
         """A frame arrived ``late_ms`` late (its transit above the floor, less what the RTT already shows;
         ``arrival_ms``: not less it; ``rtt_rise_ms``: the RTT above its floor): the new request when the cap
         changes, else None."""
+        first = self._first_s is None
         self._first_s = now_s if self._first_s is None else self._first_s
         self._full_height = max(self._full_height, frame_height)
+        if first and self.base_scale > 1.0:
+            return self._set(now_s, None)  # only the lines the analysis uses, from the start
         if now_s - self._first_s < self.WARMUP_S:
             return None
         if arrival_ms is not None and (self.queue_growing(now_s, arrival_ms) or self.uplink_share(arrival_ms,
@@ -258,12 +266,20 @@ class UplinkController:
                 return self._set(now_s, None if raised > self.MAX_BPS else raised)
         return None
 
+    @property
+    def base_scale(self) -> float:
+        """The least scale-down asked for: the camera's height over ``max_height`` (1: no ceiling)."""
+        if self.max_height is None or self._full_height <= self.max_height:
+            return 1.0
+        return self._full_height / self.max_height
+
     def _set(self, now_s: float, cap: float | None) -> UplinkRequest:
         self.cap_bps = cap
         self._changed_s = now_s
+        base = self.base_scale
         if cap is None:
-            return UplinkRequest(int(self.MAX_BPS * 4), 1.0, 30.0)
+            return UplinkRequest(int(self.MAX_BPS * 4), base, 30.0)
         # half resolution under 400 kbit/s, full again only from 600 (a keyframe at full size is a burst of its own)
         halve = cap < 400_000 or (self._scale > 1.0 and cap < 600_000)
         scale = self._scale = 2.0 if halve and self._full_height / 2 >= self.min_height else 1.0
-        return UplinkRequest(int(cap), scale, 15.0 if cap < 150_000 else 30.0)
+        return UplinkRequest(int(cap), max(base, scale), 15.0 if cap < 150_000 else 30.0)

@@ -123,6 +123,7 @@ async def test_results_first_the_page_draws_over_its_own_camera(app_config: Call
                                    " unmatched: edge.matcher.unmatched, checked: e.length,"
                                    " exact: e.filter((d) => d === 0).length,"
                                    " within_one: e.filter((d) => Math.abs(d) <= 1).length,"
+                                   " sent: edge.recent.slice(-30).filter((r) => r.detail).map((r) => r.frame_size),"
                                    " off_by: e.reduce((h, d) => { h[d] = (h[d] || 0) + 1; return h; }, {})}; }")
         async with aiohttp.ClientSession() as http, http.get(f"{base}/status") as r:
             session = (await r.json())["sessions"][0]
@@ -136,3 +137,5 @@ async def test_results_first_the_page_draws_over_its_own_camera(app_config: Call
     assert seen["exact"] >= 0.7 * seen["checked"] and seen["within_one"] >= 0.95 * seen["checked"], \
         f"each result is drawn over the frame it belongs to: {seen}"
     assert session["receives_video"] is False and session["frames_rendered"] == 0 and session["frames_analysed"] > 100
+    assert seen["sent"] and all(size[1] == 240 for size in seen["sent"]), \
+        f"the browser sends only the lines the analysis uses (240 of its camera's 480): {seen['sent']}"

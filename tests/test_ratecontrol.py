@@ -141,3 +141,18 @@ def test_a_step_in_delay_that_starving_does_not_remove_becomes_the_floor() -> No
     assert rate.target_bps > 60_000 and rate.max_fps == 10.0
     c.update(11.0, 0.0, 21.0, 20.0)
     assert c.floor_shift_ms == 0.0, "the delay went back down: the floor is the path's again"
+
+
+def test_a_results_only_uplink_asks_for_the_lines_the_analysis_uses_from_the_first_frame() -> None:
+    u = UplinkController(max_height=240)
+    first = u.update(0.0, 0.0, frame_height=480)
+    assert first is not None and first.scale_down == 2.0 and first.max_fps == 30.0, "480 lines: half, at once"
+    assert u.update(0.1, 0.0, frame_height=240) is None and u.level == 0, "no cap on the bits, only the size"
+    for t in (5.0, 5.9):
+        cut = u.update(t, 90.0, frame_height=240)
+    assert cut is not None and cut.max_bitrate_bps == 480_000 and cut.scale_down == 2.0, "a cut keeps to the ceiling"
+    for t in (6.0, 9.0, 12.1):
+        back = u.update(t, 0.0, frame_height=240)
+    assert back is not None and back.scale_down == 2.0, "and so does lifting the cap"
+    assert UplinkController(max_height=720).update(0.0, 0.0, frame_height=480) is None, "smaller than the ceiling"
+    assert UplinkController(max_height=240).update(0.0, 0.0, frame_height=720).scale_down == 3.0  # type: ignore[union-attr]

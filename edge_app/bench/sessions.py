@@ -75,8 +75,10 @@ async def _join(base: str, video: LabelledVideo, http: aiohttp.ClientSession, re
     pc = RTCPeerConnection()
     peer = Peer(pc)
     # results only: the page's default (sendonly: nothing rendered or encoded for it); else annotated video back
-    pc.addTransceiver(LabelledVideoTrack(video), direction="sendonly" if results_only else "sendrecv")
-    results_channel(pc, lambda msg: peer.results.append((time.monotonic(), msg)))
+    track = LabelledVideoTrack(video)
+    pc.addTransceiver(track, direction="sendonly" if results_only else "sendrecv")
+    results_channel(pc, lambda msg: peer.results.append((time.monotonic(), msg)),
+                    lambda msg: setattr(track, "scale_down", float(msg["scale_down"])))  # as the page does
 
     @pc.on("track")
     def on_track(track: Any) -> None:

@@ -81,16 +81,21 @@ def write_jpegs(folder: Path, video: LabelledVideo, quality: int = 92) -> Path:
 
 
 class LabelledVideoTrack(VideoStreamTrack):
-    """Plays a LabelledVideo in a loop at 30 fps on aiortc's 90 kHz clock."""
+    """Plays a LabelledVideo in a loop at 30 fps on aiortc's 90 kHz clock; ``scale_down`` > 1 sends it smaller, as
+    a browser does with ``scaleResolutionDownBy`` (the server's ``uplink`` requests)."""
 
     def __init__(self, video: LabelledVideo) -> None:
         super().__init__()
         self.video = video
         self.i = 0
+        self.scale_down = 1.0
 
     async def recv(self) -> av.VideoFrame:
         pts, time_base = await self.next_timestamp()
         frame = av.VideoFrame.from_ndarray(self.video.frame(self.i % self.video.num_frames), format="rgb24")
+        if self.scale_down > 1.0:
+            frame = frame.reformat(width=int(frame.width / self.scale_down) & ~1,
+                                   height=int(frame.height / self.scale_down) & ~1)
         frame.pts, frame.time_base = pts, time_base
         self.i += 1
         return frame
