@@ -88,11 +88,14 @@ class RttEstimator:
         self.min_ms, self.max_ms = min_ms, max_ms
         self._samples: deque[tuple[float, float]] = deque(maxlen=window)
         self._low = _WindowMin(low_window_s)
+        self._trend: float | None = None  # the fit of the samples as they are (read for every frame, fitted anew
+        # only after a sample came: a few a second)
 
     def add(self, t_s: float, rtt_ms: float) -> None:
         """A new sample at time ``t_s`` (seconds, monotonic). Samples outside [min_ms, max_ms] are clamped."""
         v = min(max(rtt_ms, self.min_ms), self.max_ms)
         self._samples.append((t_s, v))
+        self._trend = None
         self._low.add(t_s, v)
         self._ewma.add(v)
         if len(self._samples) >= 2:  # a rise seen twice in a row is real: do not wait for the average
@@ -114,6 +117,11 @@ class RttEstimator:
 
     @property
     def trend_ms_per_s(self) -> float:
+        if self._trend is None:
+            self._trend = self._fit_trend()
+        return self._trend
+
+    def _fit_trend(self) -> float:
         if len(self._samples) < 3:
             return 0.0
         t, v = np.array(self._samples).T
