@@ -101,10 +101,14 @@ def cmd_bench_policy(args: argparse.Namespace) -> int:
 def cmd_bench_sessions(args: argparse.Namespace) -> int:
     if plots_missing():
         return 2
-    from edge_app.bench.sessions import bench_sessions
+    from edge_app.bench.sessions import bench_compare, bench_sessions
 
     cfg = load_config(args.config)
     try:
+        if args.compare:
+            print(bench_compare(cfg.model_path.resolve(), args.max_sessions, args.compare, args.window, args.video,
+                                args.out))
+            return 0
         bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out, args.cameras,
                        args.results_only)
     except FileNotFoundError as exc:
@@ -281,6 +285,8 @@ def add_tool_commands(sub: Any) -> None:
     bss.add_argument("--cameras", type=int, default=0, help="RTSP test cameras analysed at the same time")
     bss.add_argument("--results-only", action="store_true", help="peers that get results only (sendonly, the "
                      "page's default) instead of annotated video back")
+    bss.add_argument("--compare", type=int, metavar="N", help="annotated video back up to --max-sessions, then "
+                     "results only up to N sessions, in one run; prints both and the ratios")
     bss.add_argument("--out", type=Path, default=Path("artifacts/bench-sessions"))
     bss.set_defaults(func=cmd_bench_sessions)
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "

@@ -242,3 +242,36 @@ def bench_sessions(model: Path, max_sessions: int, window_s: float, npz: Path | 
     print("| sessions | results/s per session (slowest / median) | server latency p50 / p95 ms | misses % "
           "| frames/s analysed per camera (slowest) | server CPU % |\n|---|---|---|---|---|---|", flush=True)
     return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras, results_only))
+
+
+def full_rate(rows: list[dict[str, Any]]) -> int:
+    """The most sessions at which every session got every frame's result (29.5/s or more), on time (< 1 % late)."""
+    ok = [r["sessions"] for r in rows if r["fps_min"] is not None and r["fps_min"] >= 29.5
+          and (r["miss_rate"] or 0.0) < 0.01]
+    best = 0
+    for n in sorted(ok):  # the counts from 1 up, without a gap
+        if n != best + 1:
+            break
+        best = n
+    return best
+
+
+def bench_compare(model: Path, max_video: int, max_results: int, window_s: float, npz: Path | None, out: Path
+                  ) -> str:
+    """Annotated video back, then results only, in one run: sessions at full rate and server CPU per session."""
+    video = bench_sessions(model, max_video, window_s, npz, out / "video")
+    results = bench_sessions(model, max_results, window_s, npz, out / "results-only", results_only=True)
+    nv, nr = full_rate(video["rows"]), full_rate(results["rows"])
+
+    def per_session(rows: list[dict[str, Any]], n: int) -> float:
+        return float(next(r["server_cpu_pct"] for r in rows if r["sessions"] == n) / n)
+
+    lines = [f"sessions at full rate and on time: annotated video back {nv}, results only {nr}"
+             + (f" ({nr / nv:.2f}x)" if nv else "")]
+    if nv and nr:
+        n = min(nv, nr)
+        v1, r1 = per_session(video["rows"], 1), per_session(results["rows"], 1)
+        vn, rn = per_session(video["rows"], n), per_session(results["rows"], n)
+        lines.append(f"server CPU per session: 1 session {r1:.1f} vs {v1:.1f} % of a core ({r1 / v1:.2f}x); "
+                     f"{n} sessions {rn:.1f} vs {vn:.1f} % ({rn / vn:.2f}x)")
+    return "\n".join(lines)
