@@ -53,8 +53,8 @@ class ServerConfig(_Section):
     share_camera_encoder: bool = Field(True, description="encode a camera's annotated video once for all its "
                                        "viewers (false: one encoder per viewer, each at its own path's rate)")
     results_only_height: int = Field(0, ge=0, le=4320, description="the most lines a browser that only wants "
-                                     "results is asked to send (0: twice the model's input height, at least 240: "
-                                     "the analysis uses no more, and the server decodes less)")
+                                     "results is asked to send (0: twice the model's input height, which the analysis "
+                                     "area-resizes by exactly 2; the server decodes less)")
     camera_passthrough: bool = Field(True, description="forward a camera's own H.264 (no B-frames) to the viewers "
                                      "that draw the analysis themselves (the page), with no transcode")
     peer_timeout_s: float = Field(10.0, ge=1, le=600, description="close a session whose data channel has "

@@ -318,8 +318,7 @@ class Hub:
 
     def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
         if session.outbound is None:  # results only: ask for no more lines than the analysis uses
-            lines = self.config.server.results_only_height or max(
-                240, 2 * self.service.backend.manifest.input.height)
+            lines = self.config.server.results_only_height or 2 * self.service.backend.manifest.input.height
             session.uplink.max_height = lines
         floor_remb(transceiver.receiver, int(self.config.budget.min_receive_kbps * 1000))
         tap_rtcp(transceiver.receiver, session.heard)  # the browser's sender reports: the peer is alive

@@ -137,5 +137,5 @@ async def test_results_first_the_page_draws_over_its_own_camera(app_config: Call
     assert seen["exact"] >= 0.7 * seen["checked"] and seen["within_one"] >= 0.95 * seen["checked"], \
         f"each result is drawn over the frame it belongs to: {seen}"
     assert session["receives_video"] is False and session["frames_rendered"] == 0 and session["frames_analysed"] > 100
-    assert seen["sent"] and all(size[1] == 240 for size in seen["sent"]), \
-        f"the browser sends only the lines the analysis uses (240 of its camera's 480): {seen['sent']}"
+    assert seen["sent"] and all(size[1] == 192 for size in seen["sent"]), \
+        f"the browser sends only the lines the analysis uses (twice the model's 96: 192 of 480): {seen['sent']}"

@@ -1,6 +1,6 @@
 """``edge-app bench-pipeline``: the live per-frame path at 640x480, 30 fps, stage by stage, over time, for a
-source watched as video and for one watched through results only (sent at 640x480, and at the 320x240 the server
-asks of a browser that wants only results), in one run.
+source watched as video and for one watched through results only (sent at 640x480, and at the size the server
+asks of a browser that wants only results: twice the model's input height), in one run.
 
 What runs is what ``serve`` runs for one browser camera, minus the sockets:
 VP8 packets (encoded up front from a labelled demo video, or from a
@@ -107,15 +107,19 @@ def rss_mb() -> float:
 
 async def run(cfg: AppConfig, service: InferenceService, duration_s: float, window_s: float, npz: Path | None,
               progress: bool = True) -> str:
-    """The modes, one after the other, on the same service; their reports and a comparison. "results-240": results
-    only, with the browser sending 320x240, as the server asks of a browser that wants only results."""
+    """The modes, one after the other, on the same service; their reports and a comparison. "results-small": results
+    only, with the browser sending twice the model's input height (256x192 for 96 px), as the server asks of a
+    browser that wants only results."""
     full = encode_vp8(source_video(npz))
-    small = encode_vp8(source_video(npz, width=WIDTH // 2, height=HEIGHT // 2), bitrate=400_000)
+    lines = 2 * service.backend.manifest.input.height
+    small = encode_vp8(source_video(npz, width=lines * WIDTH // HEIGHT, height=lines), bitrate=300_000)
     reports, samples = [], {}
-    for mode, packets in (("video", full), ("results", full), ("results-240", small)):
+    sizes = {"results-small": (lines * WIDTH // HEIGHT, lines)}
+    for mode, packets in (("video", full), ("results", full), ("results-small", small)):
         if progress:
             print(f"\n{mode} mode ({duration_s:.0f} s)", file=sys.stderr, flush=True)
-        text, s = await run_mode(cfg, service, packets, mode == "video", duration_s, window_s, progress)
+        text, s = await run_mode(cfg, service, packets, mode == "video", duration_s, window_s, progress,
+                                 sizes.get(mode, (WIDTH, HEIGHT)))
         reports.append(f"== {mode} mode ==\n{text}")
         samples[mode] = s
     return "\n\n".join(reports) + "\n\n" + compare(samples)
@@ -123,16 +127,16 @@ async def run(cfg: AppConfig, service: InferenceService, duration_s: float, wind
 
 def compare(samples: dict[str, Samples]) -> str:
     lines = ["== a source watched as video against one watched through results only (server side) ==",
-             f"{'mode':<12}{'frames/s':>9}{'latency p50':>13}{'p95 ms':>8}{'CPU % of a core':>17}{'rendered':>10}"]
+             f"{'mode':<14}{'frames/s':>9}{'latency p50':>13}{'p95 ms':>8}{'CPU % of a core':>17}{'rendered':>10}"]
     for mode, s in samples.items():
         lat = [x for w in s.windows for x in w[1]]
         p50 = statistics.median(lat) if lat else float("nan")
         p95 = float(np.percentile(lat, 95)) if lat else float("nan")
         rate = s.analysed / max(s.wall_s, 1e-9)
-        lines.append(f"{mode:<12}{rate:>9.1f}{p50:>13.2f}{p95:>8.2f}{100 * s.cpu_s / max(s.wall_s, 1e-9):>17.1f}"
+        lines.append(f"{mode:<14}{rate:>9.1f}{p50:>13.2f}{p95:>8.2f}{100 * s.cpu_s / max(s.wall_s, 1e-9):>17.1f}"
                      f"{s.rendered:>10d}")
     v = samples.get("video")
-    for name in ("results", "results-240"):
+    for name in ("results", "results-small"):
         r = samples.get(name)
         if v and r and v.cpu_s > 0:
             lines.append(f"{name} CPU / video CPU: {(r.cpu_s / r.wall_s) / (v.cpu_s / v.wall_s):.2f} "
@@ -141,7 +145,8 @@ def compare(samples: dict[str, Samples]) -> str:
 
 
 async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[bytes], video_out: bool,
-                   duration_s: float, window_s: float, progress: bool) -> tuple[str, Samples]:
+                   duration_s: float, window_s: float, progress: bool, size: tuple[int, int] = (WIDTH, HEIGHT)
+                   ) -> tuple[str, Samples]:
     loop = asyncio.get_running_loop()
     rt = service.backend
     metrics = Metrics(rt.manifest.name, rt.providers, rt.num_exits)
@@ -244,7 +249,7 @@ async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[byte
     await asyncio.gather(*sinks, return_exceptions=True)
     for ex in (media, decoder_thread, encoder_thread):
         ex.shutdown(wait=True)
-    return report(cfg, service, s, pipe, slot, out_slot, duration_s, window_s, video_out), s
+    return report(cfg, service, s, pipe, slot, out_slot, duration_s, window_s, video_out, size), s
 
 
 def _window_row(w: tuple[float, list[float], int, int, float], window_s: float) -> str:
@@ -256,8 +261,8 @@ def _window_row(w: tuple[float, list[float], int, int, float], window_s: float) 
 
 def report(cfg: AppConfig, service: InferenceService, s: Samples, pipe: AnalysisPipeline,
            slot: LatestSlot[SourceFrame], out_slot: LatestSlot[AnalysedFrame], duration_s: float, window_s: float,
-           video_out: bool) -> str:
-    lines = [f"bench-pipeline: {WIDTH}x{HEIGHT} at {FPS} fps for {duration_s:.0f} s; model "
+           video_out: bool, size: tuple[int, int] = (WIDTH, HEIGHT)) -> str:
+    lines = [f"bench-pipeline: {size[0]}x{size[1]} at {FPS} fps for {duration_s:.0f} s; model "
              f"{service.backend.manifest.name} on {service.backend.device_name}; policy {cfg.policy.kind}; "
              f"inference workers {cfg.model.workers}, intra-op threads {cfg.model.threads}; subscriber wants "
              f"{'video (RENDER + VP8 encode)' if video_out else 'results only (no RENDER, no encode)'}",
