@@ -199,6 +199,17 @@ def cmd_bench_overload(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_uplink_size(args: argparse.Namespace) -> int:
+    from edge_app.bench.uplink_size import bench_uplink_size
+
+    if not args.data.is_file():
+        print(f"error: {args.data} is missing: build the demo data with 'python -m exporter data --out data/demo'",
+              file=sys.stderr)
+        return 2
+    print(bench_uplink_size(model_dir(args), args.data))
+    return 0
+
+
 def cmd_bench_viewers(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -234,6 +245,12 @@ def add_tool_commands(sub: Any) -> None:
     bv.add_argument("--window", type=float, default=10.0)
     bv.add_argument("--out", type=Path, default=Path("artifacts/bench-viewers"))
     bv.set_defaults(func=cmd_bench_viewers)
+    bu = sub.add_parser("bench-uplink-size", help="accuracy per exit with frames sent at 640x480 and at the smaller "
+                                                  "size a results-only browser is asked for, with intervals")
+    bu.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bu.add_argument("--model", type=Path, help="model folder (default: [model] path of the config)")
+    bu.add_argument("--data", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz")
+    bu.set_defaults(func=cmd_bench_uplink_size)
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
     model_args(b)
     b.add_argument("--frames", type=int, default=300)
@@ -255,7 +272,7 @@ def add_tool_commands(sub: Any) -> None:
     ct.add_argument("--kbps", type=float, default=CODEC_KBPS,
                     help="VP8 bitrate (default 250: [budget] min_receive_kbps, the worst the browser is asked for)")
     ct.add_argument("--hold", type=int, default=3, help="frames each image stays on screen (as bench-network's video)")
-    ct.add_argument("--height", type=int, default=480, choices=[240, 360, 480, 720],
+    ct.add_argument("--height", type=int, default=480, choices=[192, 240, 360, 480, 720],
                     help="frame height (4:3); a browser sends less when short of bits (bench-network: mostly 240)")
     ct.set_defaults(func=cmd_codec_traces)
     bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
