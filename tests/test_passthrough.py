@@ -183,3 +183,30 @@ async def test_a_congested_viewer_moves_to_annotated_video(app_config: Callable[
     assert moved.pictures == ["camera", "annotated"] and kept.pictures == ["camera"]
     assert moved.frames >= frames_before[id(moved)] + 30, "the moved viewer keeps decoding"
     assert kept.frames >= frames_before[id(kept)] + 60
+
+
+@pytest.mark.browser
+async def test_firefox_gets_a_picture_it_can_decode(app_config: Callable[..., Any], serve: Any,
+                                                    rtsp_camera: RtspServer) -> None:
+    """Firefox offers H.264 only with its OpenH264 plugin, which it downloads (never, here): whichever picture the
+    server picks for it, it decodes it, and the page knows which it is."""
+    from support.firefox_bidi import available, firefox_page
+
+    if not available():
+        skip_or_fail("needs Debian's firefox-esr (apt-get install firefox-esr; .ci/test does)")
+    cfg = app_config(cameras=[{"name": "cam", "url": rtsp_camera.url, "transport": "tcp"}])
+    async with serve(cfg) as base, aiohttp.ClientSession() as http, firefox_page() as page:
+        await _until(http, base, lambda c: c["passthrough"]["possible"])
+        await page.goto(f"{base}/?camera=cam")
+        await page.evaluate("document.getElementById('connect').click()")
+        seen = await page.wait_for(
+            "edge.error ? {error: edge.error} : edge.results >= 90 && edge.framesDecoded >= 60 && edge.picture && "
+            "{picture: edge.picture, decoded: edge.framesDecoded, drawn: edge.overlayDrawn, "
+            "width: document.getElementById('video').videoWidth}", timeout_s=60)
+        cam = await _camera(http, base)
+    print(f"Firefox watching the camera: {seen}; server: {cam['passthrough']}, encoders {cam['encoders']}")
+    assert "error" not in seen and seen["width"] == 640, seen
+    if seen["picture"] == "camera":
+        assert cam["passthrough"]["viewers"] == 1 and seen["drawn"] >= 60, (seen, cam)
+    else:
+        assert len(cam["encoders"]) == 1 and cam["passthrough"]["viewers"] == 0, cam
