@@ -4,7 +4,8 @@ S streams (8 by default) each send a frame as soon as their previous one is answ
 can do) and then, for the same mode, at 30 fps each (open loop: whether it keeps up). Frames are the demo camera's
 labelled frames; each stream starts at another one. The dynamic index decides per frame in both modes, with the
 full horizon, so the exit mix is the policy's. Printed per mode: frames/s, latency p50/p95 (request to outcome),
-the exits used, batches and mean batch size, and the process CPU per frame.
+the exits used, batches and mean batch size, and the process CPU per frame. Then each segment alone, run through
+IOBinding at batch sizes 1, 8 and 32: its time per frame, which says what a batch can save on this device.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ async def bench(cfg: AppConfig, streams: int, seconds: float, window_ms: float, 
         finally:
             await service.stop()
         rows.append((name, closed, opened))
+    per_frame = segment_ms_per_frame(rt, xs[0], (1, 8, 32))
     base = rows[0][1]["fps"]
     lines = [f"{streams} streams, model {rt.manifest.name} on {rt.device_name} ({threads} intra-op thread(s)), "
              f"{seconds:g} s per run; dynamic index, full horizon", "",
@@ -94,4 +96,28 @@ async def bench(cfg: AppConfig, streams: int, seconds: float, window_ms: float, 
             lines.append(f"| {name} | {load} | {r['fps']:.0f} | {r['fps'] / base:.2f}× | {r['p50_ms']:.2f} / "
                          f"{r['p95_ms']:.2f} | {' / '.join(map(str, r['exits_run']))} | {r['mean_batch']:.1f} | "
                          f"{r['cpu_ms_per_frame']:.3f} | {r['cpu_share']:.2f} |")
+    lines += ["", f"each segment alone on {rt.device_name}, ms per frame (median of 30 runs) at batch size:", "",
+              "| segment | " + " | ".join(f"batch {b}" for b in per_frame) + " |",
+              "|---|" + "---|" * len(per_frame)]
+    for k in range(rt.num_exits):
+        lines.append(f"| {k + 1} | " + " | ".join(f"{ms[k]:.3f}" for ms in per_frame.values()) + " |")
     return "\n".join(lines)
+
+
+def segment_ms_per_frame(rt: ModelRuntime, x: np.ndarray, sizes: tuple[int, ...], runs: int = 30
+                         ) -> dict[int, list[float]]:
+    """Each segment's median time per frame at each batch size (IOBinding, features left on the device)."""
+    out: dict[int, list[float]] = {}
+    for b in sizes:
+        value = rt.to_device(np.repeat(x, b, axis=0))
+        per_segment = []
+        for k in range(rt.num_exits):
+            times = []
+            for _ in range(runs + 3):
+                nxt, _, ms = rt.run_segment(k, value)
+                times.append(ms)
+            per_segment.append(float(np.median(times[3:])) / b)
+            if nxt is not None:
+                value = nxt
+        out[b] = per_segment
+    return out
