@@ -266,8 +266,9 @@ class PeerSession:
                                          self.receive_estimate_bps, b.arrival_delay_ms,
                                          max(0.0, net.rtt_ms - net.rtt_low_ms))
             if request is not None:  # the page applies it with RTCRtpSender.setParameters
-                log.info("session %s: asking the browser to send at most %d kbit/s, 1/%g resolution, %g fps",
-                         self.id, request.max_bitrate_bps // 1000, request.scale_down, request.max_fps)
+                log.info("session %s: asking the browser to send at most %s, 1/%g resolution, %g fps",
+                         self.id, "no cap" if request.max_bitrate_bps is None else
+                         f"{request.max_bitrate_bps // 1000} kbit/s", request.scale_down, request.max_fps)
                 self._send(request.message())
         ch = self.channel
         if ch is None:

@@ -155,7 +155,7 @@ class VideoRateController:
 
 @dataclass(frozen=True)
 class UplinkRequest:
-    max_bitrate_bps: int
+    max_bitrate_bps: int | None  # None: no cap (the browser's own congestion control decides)
     scale_down: float  # RTCRtpEncodingParameters.scaleResolutionDownBy
     max_fps: float
 
@@ -172,8 +172,9 @@ class UplinkController:
     size), under 150 kbit/s for 15 fps.
 
     ``max_height``: a session that only wants results asks for no more lines than the analysis uses (the browser
-    scales its camera down before it encodes; the server then decodes a quarter of the pixels), from its first
-    frame on, and every later request keeps to it."""
+    scales its camera down before it encodes; the server then decodes a fraction of the pixels), and no more bits
+    than such a picture needs (``UPLINK_BPP``), from its first frame on; every later request keeps to both. Left
+    to itself a browser sends a small picture at its full rate: under a sudden cap that is a queue of seconds."""
 
     LATE_MS = 60.0
     CALM_MS = 20.0
@@ -187,6 +188,7 @@ class UplinkController:
     WARMUP_S = 5.0  # the first seconds of a session are late anyway (connecting, the encoder ramping up)
     RAMP_MS = 15.0  # transit up this much in each half of the last second: a queue filling, not a step
     UPLINK_SHARE = 0.75  # the frames' extra transit is at least this share of the RTT's rise: a queue on the way in
+    UPLINK_BPP = 0.2  # bits per pixel at 30 fps a results-only picture is given: 295 kbit/s at 256x192
 
     def __init__(self, min_height: int = 240, max_height: int | None = None) -> None:
         self.min_height = min_height
@@ -249,7 +251,7 @@ class UplinkController:
             if self._late_since is None:
                 self._late_since, self._late_start_ms = now_s, late_ms
             if now_s - self._late_since >= self.SUSTAIN_S and now_s - self._changed_s >= self.CUT_EVERY_S:
-                base = self.cap_bps or self.START_BPS
+                base = self.cap_bps or min(self.START_BPS, self.ceiling_bps or self.START_BPS)
                 # lateness that keeps growing is a queue filling faster than the path drains it: cut to what gets
                 # through at once. A step in delay is a constant offset instead, and aiortc's receive estimate reads
                 # it as congestion: then cut gently, from the cap alone.
@@ -263,8 +265,15 @@ class UplinkController:
             if self.cap_bps is not None and now_s - self._calm_since >= self.CALM_S \
                     and now_s - self._changed_s >= self.CALM_S:
                 raised = self.cap_bps * 1.25
-                return self._set(now_s, None if raised > self.MAX_BPS else raised)
+                return self._set(now_s, None if raised > (self.ceiling_bps or self.MAX_BPS) else raised)
         return None
+
+    @property
+    def ceiling_bps(self) -> float | None:
+        """The most bits a results-only session is asked for (None: no ceiling)."""
+        if self.max_height is None or self.base_scale <= 1.0:
+            return None
+        return self.UPLINK_BPP * self.max_height ** 2 * 4 / 3 * 30
 
     @property
     def base_scale(self) -> float:
@@ -278,7 +287,8 @@ class UplinkController:
         self._changed_s = now_s
         base = self.base_scale
         if cap is None:
-            return UplinkRequest(int(self.MAX_BPS * 4), base, 30.0)
+            ceiling = self.ceiling_bps
+            return UplinkRequest(None if ceiling is None else int(ceiling), base, 30.0)
         # half resolution under 400 kbit/s, full again only from 600 (a keyframe at full size is a burst of its own)
         halve = cap < 400_000 or (self._scale > 1.0 and cap < 600_000)
         scale = self._scale = 2.0 if halve and self._full_height / 2 >= self.min_height else 1.0

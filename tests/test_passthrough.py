@@ -199,10 +199,15 @@ async def test_firefox_gets_a_picture_it_can_decode(app_config: Callable[..., An
         await _until(http, base, lambda c: c["passthrough"]["possible"])
         await page.goto(f"{base}/?camera=cam")
         await page.evaluate("document.getElementById('connect').click()")
-        seen = await page.wait_for(
-            "edge.error ? {error: edge.error} : edge.results >= 90 && edge.framesDecoded >= 60 && edge.picture && "
-            "{picture: edge.picture, decoded: edge.framesDecoded, drawn: edge.overlayDrawn, "
-            "width: document.getElementById('video').videoWidth}", timeout_s=60)
+        try:
+            seen = await page.wait_for(
+                "edge.error ? {error: edge.error} : edge.results >= 90 && edge.framesDecoded >= 60 && edge.picture "
+                "&& {picture: edge.picture, decoded: edge.framesDecoded, drawn: edge.overlayDrawn, "
+                "width: document.getElementById('video').videoWidth}", timeout_s=60)
+        except TimeoutError:
+            state = await page.wait_for("({state: edge.state, results: edge.results, decoded: edge.framesDecoded, "
+                                        "picture: edge.picture, error: edge.error})", timeout_s=5)
+            raise AssertionError(f"Firefox never got there: {state}; camera {await _camera(http, base)}") from None
         cam = await _camera(http, base)
     print(f"Firefox watching the camera: {seen}; server: {cam['passthrough']}, encoders {cam['encoders']}")
     assert "error" not in seen and seen["width"] == 640, seen

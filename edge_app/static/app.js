@@ -251,10 +251,15 @@ async function applyUplink(msg) {
     if (!sender.track || sender.track.kind !== "video") continue;
     const p = sender.getParameters();
     if (!p.encodings || !p.encodings.length) p.encodings = [{}];
-    p.encodings[0].maxBitrate = msg.max_bitrate_bps;
     p.encodings[0].scaleResolutionDownBy = msg.scale_down;
     p.encodings[0].maxFramerate = msg.max_fps;
-    p.degradationPreference = "maintain-resolution";  // the server chose the resolution; fewer frames, not smaller
+    if (msg.max_bitrate_bps === null) {  // no cap: the browser's own congestion control and degradation decide
+      delete p.encodings[0].maxBitrate;
+      p.degradationPreference = "balanced";
+    } else {
+      p.encodings[0].maxBitrate = msg.max_bitrate_bps;
+      p.degradationPreference = "maintain-resolution";  // the server chose the resolution; fewer frames, not smaller
+    }
     try { await sender.setParameters(p); edge.uplinkApplied += 1; } catch (err) { console.warn("setParameters", err); }
   }
 }
