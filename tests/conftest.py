@@ -73,6 +73,18 @@ def demo_test_split(demo_digits: list[np.ndarray]) -> tuple[np.ndarray, np.ndarr
     return split.images, split.labels
 
 
+@pytest.fixture
+def camera_frames(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> Path:
+    """JPEG frames for a GStreamer RTSP test camera: 60 labelled test images, 3 frames each, counter-stamped."""
+    from edge_app.bench.rtsp_camera import gst_rtsp_available
+    from edge_app.bench.testvideo import LabelledVideo, write_jpegs
+
+    if not gst_rtsp_available():
+        skip_or_fail("needs GStreamer's RTSP server for the system Python (.ci/run installs it)")
+    images, labels = demo_test_split
+    return write_jpegs(tmp_path / "frames", LabelledVideo(images[:60], labels[:60], hold=3))
+
+
 def _toml_table(header: str, values: dict[str, object]) -> str:
     return f"{header}\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
 

@@ -21,13 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
-from conftest import REPO, skip_or_fail
+from conftest import REPO
 
-from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
-from edge_app.bench.testvideo import LabelledVideo, write_jpegs
+from edge_app.bench.rtsp_camera import RtspServer, free_port
 from edge_app.config import AppConfig
 
 pytestmark = pytest.mark.slow
@@ -111,14 +109,6 @@ async def test_camera_credentials_and_the_token_never_leave_the_server(tmp_path:
                         ("data channel", json.dumps(messages))):
         for secret in (PASSWORD, URL_TOKEN, TOKEN):
             assert secret not in text, f"{secret!r} appears in the {where}"
-
-
-@pytest.fixture
-def camera_frames(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> Path:
-    if not gst_rtsp_available():
-        skip_or_fail("needs GStreamer's RTSP server for the system Python (.ci/run installs it)")
-    images, labels = demo_test_split
-    return write_jpegs(tmp_path / "frames", LabelledVideo(images[:20], labels[:20], hold=3))
 
 
 @pytest.fixture

@@ -11,24 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
 import pytest
+from conftest import skip_or_fail
 
-from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
-from edge_app.bench.testvideo import LabelledVideo, write_jpegs
+from edge_app.bench.rtsp_camera import RtspServer, free_port
 from edge_app.bench.viewers import Viewer
-from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "test-passthrough"
-
-
-@pytest.fixture
-def camera_frames(demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path) -> Path:
-    if not gst_rtsp_available():
-        skip_or_fail("needs GStreamer's RTSP server for the system Python (.ci/run installs it)")
-    images, labels = demo_test_split
-    return write_jpegs(tmp_path / "frames", LabelledVideo(images[:60], labels[:60], hold=3))
 
 
 @pytest.fixture
