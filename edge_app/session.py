@@ -90,7 +90,6 @@ class PeerSession:
         # when the camera's own H.264 goes to this viewer and its path congests: the hub moves it to an encoder
         self.on_passthrough_congested: Callable[[PeerSession], None] | None = None
         self._picture_sent: str | None = None
-        self._cuts_at_attach = 0
         self.video_sender: RTCRtpSender | None = None
         self.channel: RTCDataChannel | None = None
         self.own_pipeline: AnalysisPipeline | None = None  # analyses this browser's camera
@@ -139,25 +138,18 @@ class PeerSession:
         viewer alone, or from ``shared``: a camera's one encoder for all its viewers, or the camera's own H.264
         (``CameraPassthrough``; the page draws the overlay). Its bitrate and frame rate follow what the viewer's
         receiver reports say about the path (``VideoRateController``)."""
-        self.video_sender = transceiver.sender
+        sender = self.video_sender = transceiver.sender
         self.video_rate = VideoRateController()
-        self._use_outbound(shared)
-        taps = RtcpTaps(on_loss=self._on_loss, on_remb_bps=self._on_remb, after=self._apply_video_rate,
-                        on_keyframe_request=self._keyframe_requested)
-        tap_rtcp_rtt(self.video_sender, self._on_rtcp_rtt, self.heard, taps)
-
-    def _use_outbound(self, shared: VideoFanout | None) -> None:
-        sender = self.video_sender
-        assert sender is not None and self.video_rate is not None
         if shared is None:
             self.outbound = OutboundVideoTrack(self._on_video_dropped)
         else:
             self.outbound = SharedVideoTrack(shared)
             shared.add(self.outbound, sender)
-            if shared.picture is not None:
-                self.video_rate.set_picture(*shared.picture)
+            self.video_rate.set_picture(*(shared.picture or (640, 480)))
         sender.replaceTrack(self.outbound)
-        self._cuts_at_attach = self.video_rate.cuts
+        taps = RtcpTaps(on_loss=self._on_loss, on_remb_bps=self._on_remb, after=self._apply_video_rate,
+                        on_keyframe_request=self._keyframe_requested)
+        tap_rtcp_rtt(sender, self._on_rtcp_rtt, self.heard, taps)
 
     def leave_passthrough(self, encoder: VideoFanout, why: str) -> None:
         """From the camera's own H.264 to annotated video from ``encoder`` (the camera's one encoder, or one for
@@ -205,7 +197,7 @@ class PeerSession:
         if self.outbound is not None:
             self.outbound.max_fps = rate.max_fps
             self.outbound.scale_down = rate.scale_down
-        if self.passthrough and self.video_rate.cuts > self._cuts_at_attach and self.on_passthrough_congested:
+        if self.passthrough and self.video_rate.cuts > 0 and self.on_passthrough_congested:
             self.on_passthrough_congested(self)  # the camera's bitrate does not fit this path
 
     def _apply_video_rate(self) -> None:
