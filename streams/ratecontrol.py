@@ -188,7 +188,7 @@ class UplinkController:
     WARMUP_S = 5.0  # the first seconds of a session are late anyway (connecting, the encoder ramping up)
     RAMP_MS = 15.0  # transit up this much in each half of the last second: a queue filling, not a step
     UPLINK_SHARE = 0.75  # the frames' extra transit is at least this share of the RTT's rise: a queue on the way in
-    UPLINK_BPP = 0.2  # bits per pixel at 30 fps a results-only picture is given: 295 kbit/s at 256x192
+    UPLINK_BPP = 0.15  # bits per pixel at 30 fps a results-only picture is given: 221 kbit/s at 256x192
 
     def __init__(self, min_height: int = 240, max_height: int | None = None) -> None:
         self.min_height = min_height

@@ -147,14 +147,14 @@ def test_a_results_only_uplink_asks_for_the_lines_the_analysis_uses_from_the_fir
     u = UplinkController(max_height=240)
     first = u.update(0.0, 0.0, frame_height=480)
     assert first is not None and first.scale_down == 2.0 and first.max_fps == 30.0, "480 lines: half, at once"
-    assert first.max_bitrate_bps == 460_800, "and the bits such a picture needs (0.2 bit a pixel at 30 fps)"
+    assert first.max_bitrate_bps == 345_600, "and the bits such a picture needs (0.15 bit a pixel at 30 fps)"
     assert u.update(0.1, 0.0, frame_height=240) is None and u.level == 0, "no congestion cap"
     for t in (5.0, 5.9):
         cut = u.update(t, 90.0, frame_height=240)
-    assert cut is not None and cut.max_bitrate_bps == 276_480 and cut.scale_down == 2.0, "a cut keeps to the ceiling"
+    assert cut is not None and cut.max_bitrate_bps == 207_360 and cut.scale_down == 2.0, "a cut keeps to the ceiling"
     for t in (6.0, 9.0, 12.1, 15.2):  # raised by a quarter every 3 s calm: 345.6, 432, then the ceiling
         back = u.update(t, 0.0, frame_height=240)
-    assert back is not None and back.scale_down == 2.0 and back.max_bitrate_bps == 460_800, "and lifting the cap"
+    assert back is not None and back.scale_down == 2.0 and back.max_bitrate_bps == 345_600, "and lifting the cap"
     assert UplinkController().update(0.0, 0.0, frame_height=480) is None, "no ceiling: nothing asked at first"
     assert UplinkController(max_height=720).update(0.0, 0.0, frame_height=480) is None, "smaller than the ceiling"
     assert UplinkController(max_height=240).update(0.0, 0.0, frame_height=720).scale_down == 3.0  # type: ignore[union-attr]
