@@ -89,6 +89,7 @@ class RtspCamera:
         self.frames = 0
         self.reconnects = 0  # connection attempts after the first
         self.connects = 0  # times frames started to flow
+        self.decode_errors = 0  # packets the decoder refused (skipped)
         self.last_error: str | None = None
         self.resolution: tuple[int, int] | None = None  # (width, height) of the last frame
         self.slot: LatestSlot[SourceFrame] | None = None
@@ -193,7 +194,15 @@ class RtspCamera:
                     sink = self.packet_sink
                     if sink is not None:
                         sink(packet, codec, now)
-                for frame in packet.decode():
+                try:
+                    frames = packet.decode()
+                except av.InvalidDataError as exc:  # one bad packet (a loss, a cut-off read) is skipped, not fatal
+                    self.decode_errors += 1
+                    if self.decode_errors == 1 or self.decode_errors % 100 == 0:
+                        log.warning("camera %s: a packet would not decode (%d so far): %s", self.name,
+                                    self.decode_errors, redact(str(exc)))
+                    continue
+                for frame in frames:
                     if frame.pict_type == PictureType.B:
                         codec.b_frames = True
                     if not got_frame:

@@ -77,8 +77,10 @@ def test_score_reads_each_exit_on_calibration_and_test(tiny_checkpoint: Path, ti
     for split in ("calibration", "test"):  # what the export traced, so the table and the model folder agree
         with np.load(tiny_model_folder / f"traces_{split}.npz") as z:
             acc = (z["probs"].argmax(-1) == z["labels"][:, None]).mean(axis=0)
+            one_frame = 100 / len(z["labels"])  # torch (the score) and ONNX Runtime (the traces) may part on a
+            # near-tie: one frame either way, at most
         row = next(r for r in rows if r[1] == split)
-        assert [float(v.rstrip("%")) for v in row[3:]] == pytest.approx(100 * acc, abs=0.01)
+        assert [float(v.rstrip("%")) for v in row[3:]] == pytest.approx(100 * acc, abs=one_frame + 0.01)
     with pytest.raises(ExportError, match="does not exist"):
         score_checkpoints([demo_data_dir / "none.pt"], demo_data_dir)
 
