@@ -86,9 +86,9 @@ class CameraPassthrough(VideoFanout):
                 self._loop.call_soon_threadsafe(self.on_unfit, self._unfit)
             return
         data = bytes(packet)
-        keyframe = bool(packet.is_keyframe) or NAL_IDR in nal_types(data)
-        if keyframe and codec.extradata[:3] in (b"\x00\x00\x01", b"\x00\x00\x00") and not (
-                {NAL_SPS, NAL_PPS} <= nal_types(data)):
+        types = nal_types(data)
+        keyframe = bool(packet.is_keyframe) or NAL_IDR in types
+        if keyframe and codec.extradata[:3] in (b"\x00\x00\x01", b"\x00\x00\x00") and not {NAL_SPS, NAL_PPS} <= types:
             data = codec.extradata + data
         pts = packet.pts if packet.pts is not None and packet.time_base is not None else None
         ticks = (int(pts * packet.time_base * 90_000) if pts is not None else int(arrived_s * 90_000))

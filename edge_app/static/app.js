@@ -78,13 +78,19 @@ async function loadStatus() {
   return r.json();
 }
 
+// ?camera=NAME is selected from the start (Connect may come before the first /status) and once only: the
+// user's own choice stands after that, through every refresh of the list.
+if (params.get("camera")) {
+  $("source").append(new Option(`camera ${params.get("camera")}`, params.get("camera")));
+  $("source").value = params.get("camera");
+}
+
 function fillSources(status) {
   const sel = $("source"), keep = sel.value;
   sel.replaceChildren(new Option("my camera (this browser)", ""),
     ...status.cameras.map((c) => new Option(c.transport === "demo" ? `${c.name}: labelled demo frames (live accuracy)`
       : `camera ${c.name} (${c.state})`, c.name)));
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
-  if (params.get("camera")) sel.value = params.get("camera");
 }
 
 // What to do when ICE finds no path (shown on the page, not only in the server log).
