@@ -20,7 +20,6 @@ camera's presentation times (90 kHz), made monotonic across a reconnect.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +30,6 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
 from streams.rtsp import CodecInfo
 from streams.shared_video import VIDEO_TIME_BASE, EncodedChunk, VideoFanout
-
-log = logging.getLogger(__name__)
 
 BROWSER_PROFILES = frozenset({"Constrained Baseline", "Baseline", "Main", "High"})
 BROWSER_PIX_FMTS = frozenset({"yuv420p", "yuvj420p"})
@@ -69,7 +66,6 @@ class CameraPassthrough(VideoFanout):
         self._loop = loop
         self._packer = H264Encoder()  # only its packetiser is used
         self.forwarded = 0  # frames forwarded (once each, whatever the number of viewers)
-        self.bytes_forwarded = 0
         self._offset = 0  # added to the camera's pts so that RTP time never goes back (a reconnect restarts it)
         self._last_out: int | None = None
         self._rate: deque[tuple[float, int]] = deque()  # (arrival, bytes) over the last 2 s: the camera's bitrate
@@ -105,7 +101,6 @@ class CameraPassthrough(VideoFanout):
 
     def _forward(self, chunk: EncodedChunk, size: int, arrived_s: float) -> None:
         self.forwarded += 1
-        self.bytes_forwarded += size
         self._rate.append((arrived_s, size))
         while self._rate and self._rate[0][0] < arrived_s - 2.0:
             self._rate.popleft()

@@ -273,7 +273,12 @@ class UplinkController:
         """The most bits a results-only session is asked for (None: no ceiling)."""
         if self.max_height is None or self.base_scale <= 1.0:
             return None
-        return self.UPLINK_BPP * self.max_height ** 2 * 4 / 3 * 30
+        return self.ceiling_for(self.max_height)
+
+    @classmethod
+    def ceiling_for(cls, lines: int) -> float:
+        """The bits a 4:3 picture of ``lines`` lines is given at 30 fps."""
+        return cls.UPLINK_BPP * lines ** 2 * 4 / 3 * 30
 
     @property
     def base_scale(self) -> float:

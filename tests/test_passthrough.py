@@ -15,7 +15,7 @@ import pytest
 from conftest import skip_or_fail
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port
-from edge_app.bench.viewers import Viewer
+from edge_app.bench.viewers import Viewer, first_camera
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "test-passthrough"
@@ -29,16 +29,11 @@ def rtsp_camera(camera_frames: Path) -> Iterator[RtspServer]:
     server.stop()
 
 
-async def _camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
-    async with http.get(f"{base}/status") as r:
-        return dict((await r.json())["cameras"][0])
-
-
 async def _until(http: aiohttp.ClientSession, base: str, pred: Callable[[dict[str, Any]], bool],
                  timeout_s: float = 20.0) -> dict[str, Any]:
     t_end = time.monotonic() + timeout_s
     while True:
-        cam = await _camera(http, base)
+        cam = await first_camera(http, base)
         if pred(cam):
             return cam
         if time.monotonic() > t_end:
@@ -55,15 +50,15 @@ async def test_the_cameras_own_h264_reaches_viewers_without_a_transcode(app_conf
         await a.join(http, base)
         await b.join(http, base)
         await asyncio.sleep(5.0)
-        both = await _camera(http, base)
+        both = await first_camera(http, base)
         c = Viewer()  # a viewer that wants the analysis drawn in gets it from the one encoder, as before
         await c.join(http, base)
         await asyncio.sleep(3.0)
-        mixed = await _camera(http, base)
+        mixed = await first_camera(http, base)
         for v in (a, b, c):
             await v.pc.close()
         await asyncio.sleep(1.5)
-        after = await _camera(http, base)
+        after = await first_camera(http, base)
     pt = both["passthrough"]
     print(f"two passthrough viewers: {pt}, rendered {both['frames_rendered']}, encoders {both['encoders']}; "
           f"decoded a {a.frames} b {b.frames} c {c.frames} at {a.sizes} / {c.sizes}; results a {a.results}; "
@@ -90,7 +85,7 @@ async def test_a_camera_with_b_frames_is_transcoded(app_config: Callable[..., An
             v = Viewer("camera")
             await v.join(http, base)
             await asyncio.sleep(4.0)
-            watched = await _camera(http, base)
+            watched = await first_camera(http, base)
             await v.pc.close()
     finally:
         server.stop()
@@ -120,7 +115,7 @@ async def test_the_page_draws_the_analysis_over_the_cameras_own_picture(app_conf
                                    " within_one: e.filter((d) => Math.abs(d) <= 1).length,"
                                    " off_by: e.reduce((h, d) => { h[d] = (h[d] || 0) + 1; return h; }, {})}; }")
         page.on("console", lambda m: print("console:", m.text))
-        cam = await _camera(http, base)
+        cam = await first_camera(http, base)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(ARTIFACTS / "camera-own-picture.png"))
     print(f"camera's own picture in Chromium: {seen}; server: {cam['passthrough']}, rendered {cam['frames_rendered']}")
@@ -160,7 +155,7 @@ async def test_a_congested_viewer_moves_to_annotated_video(app_config: Callable[
             frames_before = {id(v): v.frames for v in (a, b)}
             congested._on_loss(0.3)
             await asyncio.sleep(3.0)
-            cam = await _camera(http, base)
+            cam = await first_camera(http, base)
             moved = next(v for v in (a, b) if v.pictures[-1:] == ["annotated"])
             kept = b if moved is a else a
             for v in (a, b):
@@ -197,8 +192,8 @@ async def test_firefox_gets_a_picture_it_can_decode(app_config: Callable[..., An
         except TimeoutError:
             state = await page.wait_for("({state: edge.state, results: edge.results, decoded: edge.framesDecoded, "
                                         "picture: edge.picture, error: edge.error})", timeout_s=5)
-            raise AssertionError(f"Firefox never got there: {state}; camera {await _camera(http, base)}") from None
-        cam = await _camera(http, base)
+            raise AssertionError(f"Firefox never got there: {state}; camera {await first_camera(http, base)}") from None
+        cam = await first_camera(http, base)
     print(f"Firefox watching the camera: {seen}; server: {cam['passthrough']}, encoders {cam['encoders']}")
     assert "error" not in seen and seen["width"] == 640, seen
     if seen["picture"] == "camera":

@@ -30,9 +30,7 @@ def bench_uplink_size(model: Path, data: Path, full_kbps: float = 1000.0) -> str
     with np.load(data) as z:
         images, labels = z["images"], z["labels"]
     small = 2 * rt.manifest.input.height
-    ceiling = UplinkController(max_height=small)
-    ceiling.update(0.0, 0.0, frame_height=480)
-    small_kbps = (ceiling.ceiling_bps or 0.0) / 1000  # what the server asks such a browser for
+    small_kbps = UplinkController.ceiling_for(small) / 1000  # what the server asks such a browser for
     runs = {}
     for height, kbps in ((480, full_kbps), (small, small_kbps)):
         probs = codec_traces(rt, images, labels, kbps, height=height)

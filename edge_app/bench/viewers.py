@@ -79,7 +79,7 @@ MODES = {"passthrough": "camera's own H.264, no transcode", "shared": "annotated
          "own": "annotated, encoded once per viewer"}
 
 
-async def _camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+async def first_camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
     async with http.get(f"{base}/status") as r:
         return dict(next(c for c in (await r.json())["cameras"]))
 
@@ -100,19 +100,19 @@ async def _measure(mode: str, viewers: int, window_s: float, camera_url: str, mo
         async with aiohttp.ClientSession() as http:
             await wait_healthy(http, base)
             t_end = time.monotonic() + 30
-            while mode == "passthrough" and not (await _camera(http, base))["passthrough"]["possible"]:
+            while mode == "passthrough" and not (await first_camera(http, base))["passthrough"]["possible"]:
                 if time.monotonic() > t_end:
-                    raise RuntimeError(f"the camera's H.264 cannot be forwarded: {await _camera(http, base)}")
+                    raise RuntimeError(f"the camera's H.264 cannot be forwarded: {await first_camera(http, base)}")
                 await asyncio.sleep(0.2)
             for p in peers:
                 await p.join(http, base)
             await asyncio.sleep(4.0)  # connect, the first keyframes, the encoders' rate settling
             f0, c0, t0 = [p.frames for p in peers], _cpu_s(server.pid), time.monotonic()
-            a0 = (await _camera(http, base))["frames_analysed"]
+            a0 = (await first_camera(http, base))["frames_analysed"]
             await asyncio.sleep(window_s)
             wall = time.monotonic() - t0
             cpu = 100 * (_cpu_s(server.pid) - c0) / wall
-            cam = await _camera(http, base)
+            cam = await first_camera(http, base)
         fps = [(p.frames - f) / wall for p, f in zip(peers, f0, strict=True)]
         pictures = {p.pictures[-1] if p.pictures else "?" for p in peers}
         return {"mode": mode, "viewers": viewers, "server_cpu_pct": cpu, "viewer_fps_min": min(fps),
