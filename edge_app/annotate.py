@@ -23,6 +23,7 @@ class Overlay:
     rtt_ms: float
     compute_budget_ms: float
     deadline_met: bool
+    roi: tuple[int, int, int] | None = None  # (x0, y0, side) px: the square the model sees, outlined
 
 
 def annotate(rgb: np.ndarray, o: Overlay) -> None:
@@ -45,6 +46,9 @@ def annotate(rgb: np.ndarray, o: Overlay) -> None:
     stats = f"{depth}  RTT {o.rtt_ms:.0f} ms  budget {o.compute_budget_ms:.0f} ms"
     cv2.putText(rgb, stats, (x0 + 6, bar_h - 8), _FONT, 0.7 * scale, _WHITE if o.deadline_met else _RED, thick,
                 cv2.LINE_AA)
+    if o.roi is not None:
+        rx, ry, side = o.roi
+        cv2.rectangle(rgb, (rx, ry), (rx + side - 1, ry + side - 1), colour, thick, cv2.LINE_AA)
     # depth gauge: one box per exit, filled up to the exit used
     box = int(18 * scale) + 4
     for k in range(o.num_exits):

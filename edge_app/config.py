@@ -151,6 +151,14 @@ class CameraConfig(_Section):
     backoff_initial_s: float = Field(0.5, gt=0, le=60, description="first wait before reconnecting")
     backoff_max_s: float = Field(10.0, gt=0, le=600, description="longest wait between reconnects")
     probe: bool = Field(False, description="read the frame counter a test source stamps into each frame")
+    region: tuple[float, float, float, float] | None = Field(
+        None, description="[x, y, w, h] in fractions of the frame: the part the classifier sees (the smallest "
+        "square holding it) instead of the centre square; unset: the centre square")
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, v: tuple[float, float, float, float] | None) -> tuple[float, float, float, float] | None:
+        return None if v is None else check_region(v)
 
     @field_validator("url")
     @classmethod
@@ -158,6 +166,19 @@ class CameraConfig(_Section):
         if not v.startswith(("rtsp://", "rtsps://")):
             raise ValueError("must be an rtsp:// or rtsps:// URL")
         return v
+
+
+def check_region(v: object) -> tuple[float, float, float, float]:
+    """``[x, y, w, h]`` in fractions of the frame, inside it, at least 5 % of each side; ValueError otherwise."""
+    if not isinstance(v, list | tuple) or len(v) != 4 or not all(
+            isinstance(a, int | float) and not isinstance(a, bool) for a in v):
+        raise ValueError("a region is [x, y, w, h]: four numbers, fractions of the frame's width and height")
+    x, y, w, h = (float(a) for a in v)
+    if not (0 <= x < 1 and 0 <= y < 1 and 0.05 <= w <= 1 and 0.05 <= h <= 1):
+        raise ValueError(f"region {[x, y, w, h]}: x and y from 0 to 1, w and h from 0.05 to 1")
+    if x + w > 1.0001 or y + h > 1.0001:
+        raise ValueError(f"region {[x, y, w, h]} crosses the frame's edge (x + w and y + h must be at most 1)")
+    return x, y, min(w, 1 - x), min(h, 1 - y)
 
 
 class TrainingConfig(_Section):

@@ -22,6 +22,7 @@ from edge_app.scheduler import FrameDecision, FrameScheduler
 from edge_app.smoothing import Smoothed, TemporalSmoother
 from models.costs import RunningCost
 from models.policies import ExitPolicy
+from models.preprocess import Region, crop_region
 from models.runtime import ExitResult
 from models.service import InferenceService
 from streams.frames import SourceFrame
@@ -44,6 +45,7 @@ class PipelineSettings:
 class PreparedFrame:
     sf: SourceFrame
     rgb: np.ndarray  # (H, W, 3) uint8, what RENDER draws on
+    view: np.ndarray  # the part of ``rgb`` the model sees (the region's square; the whole frame without one)
     x: np.ndarray  # the model's input
     stamp: int | None
     budget: Budget
@@ -75,14 +77,16 @@ class Decider:
         # a browser's own camera comes over the viewer's path: its frames' arrival shows the up-leg at once
         self._arrival = ArrivalDelay() if settings.uplink_from_frames else None
 
-    def prepare(self, sf: SourceFrame, net: NetworkView, rendering: bool) -> PreparedFrame:
-        """Decode to RGB, pre-process, work out the compute budget (in a media thread)."""
+    def prepare(self, sf: SourceFrame, net: NetworkView, rendering: bool, region: Region | None = None
+                ) -> PreparedFrame:
+        """Decode to RGB, cut the region, pre-process, work out the compute budget (in a media thread)."""
         cfg = self.settings.budget
         t0 = time.monotonic()
         rgb = sf.frame.to_ndarray(format="rgb24")
         t1 = time.monotonic()
         stamp = read_stamp(rgb) if self.settings.probe else None
-        x = self.service.backend.preprocess(rgb)
+        view = crop_region(rgb, region)
+        x = self.service.backend.preprocess(view)
         t2 = time.monotonic()
         est = net.estimate
         late_ms = arrival_ms = 0.0
@@ -93,7 +97,7 @@ class Decider:
         budget = replace(frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps,
                                       (t2 - sf.arrived_s) * 1e3, after_ms, late_ms, cfg.late_return_factor),
                          arrival_delay_ms=arrival_ms)
-        return PreparedFrame(sf=sf, rgb=rgb, x=x, stamp=stamp, budget=budget, network=net,
+        return PreparedFrame(sf=sf, rgb=rgb, view=view, x=x, stamp=stamp, budget=budget, network=net,
                              convert_ms=(t1 - t0) * 1e3, preprocess_ms=(t2 - t1) * 1e3)
 
     async def decide(self, p: PreparedFrame) -> tuple[FrameDecision, Smoothed]:

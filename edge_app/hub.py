@@ -98,6 +98,7 @@ class Hub:
             cam.start()
             assert cam.slot is not None
             pipe = self._pipeline(c.name, c.name, cam.slot, lambda name=c.name: self.camera_network(name), c.probe)
+            pipe.region = c.region
             pipe.start()
             self.cameras[c.name] = cam
             self.camera_pipelines[c.name] = pipe
@@ -419,6 +420,7 @@ class Hub:
             "analysis_errors": pipe.errors, "deadline_misses": pipe.deadline_misses,
             "viewers": sum(1 for s in self.sessions.values() if s.camera == name),
             "frames_rendered": pipe.rendered,
+            "region": None if pipe.region is None else list(pipe.region),
             "live_accuracy": _live_accuracy(pipe.scored),
             "passthrough": self._passthrough_status(name),
             "encoders": [{"codec": e.codec.mimeType, "viewers": len(e.viewers), "frames_encoded": e.encoded,

@@ -27,6 +27,7 @@ from edge_app.results import AnalysedFrame, FrameResult, NetworkView
 from edge_app.smoothing import Smoothed
 from models.errors import SegmentRunError
 from models.policies import ExitPolicy
+from models.preprocess import Region, region_box
 from models.service import InferenceService
 from streams.frames import Broadcast, LatestSlot, SlotClosed, SourceFrame
 
@@ -69,7 +70,9 @@ class AnalysisPipeline:
         self._busy = False  # a frame is between DECIDE and publish
         self._next: tuple[Engine, asyncio.Event] | None = None  # a model swap, applied between frames
         self.scored = dict.fromkeys(("frames", "raw_frames", "raw_correct", "smoothed_correct"), 0)
-        self.frame_taps: set[Callable[[int, np.ndarray], None]] = set()  # see each frame before RENDER draws on it
+        # see the part of each frame the model sees (the region's square), before RENDER draws on it
+        self.frame_taps: set[Callable[[int, np.ndarray], None]] = set()
+        self.region: Region | None = None  # [[cameras]] region, or set through the API
         slot.on_put = engine.metrics.frames_received.labels(metric_source).inc
         slot.on_drop = engine.metrics.frames_dropped.labels(metric_source, "analysis").inc
 
@@ -155,9 +158,10 @@ class AnalysisPipeline:
         """DECIDE, then RENDER if some subscriber wants video."""
         loop = asyncio.get_running_loop()
         rendering = self.wants_video
-        prepared = await loop.run_in_executor(self.engine.media, self.decider.prepare, sf, self.network(), rendering)
-        for tap in list(self.frame_taps):  # capture for teaching: the frame as the source gave it (copied if kept)
-            tap(sf.seq, prepared.rgb)
+        prepared = await loop.run_in_executor(self.engine.media, self.decider.prepare, sf, self.network(), rendering,
+                                              self.region)
+        for tap in list(self.frame_taps):  # capture for teaching: what the model sees (copied if kept)
+            tap(sf.seq, prepared.view)
         dec, sm = await self.decider.decide(prepared)
         if not rendering:
             return AnalysedFrame(self.decider.result(prepared, dec, sm, time.monotonic(), None, self.slot.dropped),
@@ -175,7 +179,8 @@ class AnalysisPipeline:
         service = self.engine.service
         return Overlay(label=service.class_names[sm.label], confidence=sm.confidence, exit_used=exit_used,
                        num_exits=service.num_exits, rtt_ms=p.network.estimate.rtt_ms,
-                       compute_budget_ms=p.budget.compute_ms, deadline_met=on_time)
+                       compute_budget_ms=p.budget.compute_ms, deadline_met=on_time,
+                       roi=None if self.region is None else region_box(p.rgb.shape[0], p.rgb.shape[1], self.region))
 
     # --- bookkeeping ---------------------------------------------------------------------------------------
 

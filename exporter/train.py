@@ -95,10 +95,11 @@ def evaluate(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor
 
 def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]], cfg: TrainConfig,
           progress: Callable[[str], None] = print,
-          on_epoch: Callable[[ThreeExitVGG, list[EpochStats]], None] | None = None) -> TrainResult:
+          on_epoch: Callable[[ThreeExitVGG, list[EpochStats]], bool | None] | None = None) -> TrainResult:
     """Train all exits jointly on ``cfg.device``; ``progress`` gets one line per logging step and per epoch,
     ``on_epoch`` the model (in train mode, on that device) and the epochs so far after each epoch (to save it, so an
-    interrupted run keeps them).  The model is back on the CPU, in eval mode, when this returns."""
+    interrupted run keeps them); when it returns True, training stops there (early stopping).  The model is back
+    on the CPU, in eval mode, when this returns."""
     torch.manual_seed(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -140,8 +141,9 @@ def train(model: ThreeExitVGG, data: Dataset[tuple[torch.Tensor, torch.Tensor]],
         stats = EpochStats(epoch, total / seen, [c / seen for c in correct], time.perf_counter() - t0)
         result.history.append(stats)
         log.info("epoch %d done: loss %.4f", epoch, stats.loss)
-        if on_epoch is not None:
-            on_epoch(model, result.history)
+        if on_epoch is not None and on_epoch(model, result.history):
+            log.info("stopped early after epoch %d of %d", epoch, cfg.epochs)
+            break
     model.to("cpu")
     model.eval()
     return result

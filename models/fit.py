@@ -155,9 +155,10 @@ def answer_losses(states: np.ndarray, correct: np.ndarray, m: int, exit_error: n
     return out
 
 
-def build_policy(chain: FittedChain, lam: float) -> DynamicIndex:
+def build_policy(chain: FittedChain, lam: float, min_exit: int = 1) -> DynamicIndex:
     sols = solve_horizons(chain.p1, list(chain.transitions), chain.loss, chain.cost, lam)
-    return DynamicIndex(chain.bin_edges, sols, agreement=chain.agreement, answer_loss=chain.answer_loss)
+    return DynamicIndex(chain.bin_edges, sols, agreement=chain.agreement, answer_loss=chain.answer_loss,
+                        min_exit=min_exit)
 
 
 # --- choosing lam ----------------------------------------------------------------------------------------------
@@ -178,8 +179,8 @@ def replay_index(policy: DynamicIndex, probs: np.ndarray, labels: np.ndarray, co
     return correct / len(labels), paid / len(labels)
 
 
-def lam_for_target(chain: FittedChain, probs: np.ndarray, labels: np.ndarray, target_accuracy: float
-                   ) -> tuple[float, float, float]:
+def lam_for_target(chain: FittedChain, probs: np.ndarray, labels: np.ndarray, target_accuracy: float,
+                   min_exit: int = 1) -> tuple[float, float, float]:
     """The lam of the cheapest policy whose accuracy on the calibration traces reaches the target.
 
     Returns (lam, accuracy, cost); if no lam reaches the target, the most accurate one, with a warning.
@@ -187,7 +188,7 @@ def lam_for_target(chain: FittedChain, probs: np.ndarray, labels: np.ndarray, ta
     best: tuple[float, float, float] | None = None
     most_accurate = (0.0, -1.0, 0.0)
     for lam in LAM_GRID:
-        acc, cost = replay_index(build_policy(chain, lam), probs, labels, chain.cost)
+        acc, cost = replay_index(build_policy(chain, lam, min_exit), probs, labels, chain.cost)
         if acc >= target_accuracy and (best is None or cost < best[2]):
             best = (lam, acc, cost)
         if acc > most_accurate[1]:
@@ -212,6 +213,7 @@ def save_policy(folder: Path, chain: FittedChain, policy: DynamicIndex, calibrat
         "format_version": POLICY_FORMAT,
         "kind": "dynamic-index",
         "lam": policy.lam,
+        "min_exit": policy.min_exit,
         "bins": chain.bins,
         "loss_kind": chain.loss_kind,
         "agreement": chain.agreement,
@@ -263,14 +265,16 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         raise PolicyError(f"{path} has tables for {len(sols)} exits, the model has {n_exits}")
     if calibration_sha256 and d.get("calibration_sha256") != calibration_sha256:
         raise PolicyError(f"{path} was fitted on other calibration traces than the model's; refit it")
-    return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)), answer_loss=answer)
+    return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)), answer_loss=answer,
+                        min_exit=int(d.get("min_exit", 1)))
 
 
 def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,
-               loss_kind: str = "auto", traces: str = "auto") -> dict[str, Any]:
+               loss_kind: str = "auto", traces: str = "auto", min_exit: int = 1) -> dict[str, Any]:
     """Fit on the calibration traces, choose lam, write ``policy.json``; returns what was chosen.
 
-    ``traces``: which calibration traces (``trace_names``); the VP8-coded ones when the folder has them."""
+    ``traces``: which calibration traces (``trace_names``); the VP8-coded ones when the folder has them.
+    ``min_exit``: the policy's floor (``DynamicIndex``); lam is chosen with it in force."""
     manifest = read_manifest(folder)
     t0 = time.perf_counter()
     cal_name = trace_names(manifest, traces)[0]
@@ -283,17 +287,17 @@ def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_acc
         chain = fit_chain(probs, labels, manifest.costs_ms, bins=bins, loss_kind=kind)
         if lam is None:
             assert target is not None
-            k_lam, acc, cost = lam_for_target(chain, probs, labels, target)
+            k_lam, acc, cost = lam_for_target(chain, probs, labels, target, min_exit)
         else:
             k_lam = lam
-            acc, cost = replay_index(build_policy(chain, lam), probs, labels, chain.cost)
+            acc, cost = replay_index(build_policy(chain, lam, min_exit), probs, labels, chain.cost)
         if best is None or (acc >= (target or 0.0) and cost < best[2]):
             best = (k_lam, acc, cost, chain)
     assert best is not None
     lam, acc, cost, chain = best
-    policy = build_policy(chain, lam)
+    policy = build_policy(chain, lam, min_exit)
     seconds = time.perf_counter() - t0
-    info = {"lam": lam, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,
+    info = {"lam": lam, "min_exit": policy.min_exit, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,
             "target_accuracy": target, "calibration_accuracy": acc,
             "calibration_cost": cost, "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
             "fit_seconds": round(seconds, 3)}
@@ -331,5 +335,6 @@ def configured_policy(folder: Path, kind: str, lam: float | None = None, target_
         return load_policy(folder, n, manifest.traces[cal_name].sha256)
     probs, labels = load_traces(folder, manifest, cal_name)
     chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=str(meta["loss_kind"]))
-    lam = lam if lam is not None else lam_for_target(chain, probs, labels, target_accuracy or 1.0)[0]
-    return build_policy(chain, lam)
+    floor = int(meta.get("min_exit", 1))
+    lam = lam if lam is not None else lam_for_target(chain, probs, labels, target_accuracy or 1.0, floor)[0]
+    return build_policy(chain, lam, floor)

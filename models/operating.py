@@ -46,7 +46,7 @@ def operating_points(folder: Path, policy: ExitPolicy, count: int = 8) -> list[O
     # lam weighs the loss against the cost: a smaller lam stops earlier and pays less
     lower = [float(x) for x in np.linspace(policy.lam, 0.0, 4 * count + 1)[1:]] + [lam for lam in LAM_GRID[:3]]
     for lam in lower:
-        cand = build_policy(chain, lam)
+        cand = build_policy(chain, lam, policy.min_exit)
         acc, cost = replay_index(cand, probs, labels, chain.cost)
         if cost < points[-1].cost - 0.01:
             points.append(OperatingPoint(lam, cand, acc, cost))

@@ -161,15 +161,21 @@ class DynamicIndex:
     confident exit 1 followed by an unsure exit 2 is wrong far more often than
     exit 1's bin says, and marginal recall then answers with it.  Stopping
     still follows the chain's index.
+
+    ``min_exit`` (1-based) is a floor: the run goes on to that exit whatever the index says (unless the horizon
+    is shallower) and answers from it or deeper.  A taught model gets one from its check recording: calibration
+    frames that are near copies of training frames make early exits look perfect, and the index alone would stop
+    at exit 1 everywhere.
     """
 
     def __init__(self, bin_edges: np.ndarray, solutions: list[ChainSolution], name: str = "dynamic-index",
-                 agreement: bool = False, answer_loss: np.ndarray | None = None) -> None:
+                 agreement: bool = False, answer_loss: np.ndarray | None = None, min_exit: int = 1) -> None:
         self.bin_edges = bin_edges  # (n, bins-1) inner edges of the confidence bins, per exit
         self.solutions = solutions  # index K-1 holds the table for horizon K
         self.name = name
         self.agreement = agreement  # state also says whether the exit agrees with the previous one
         self.answer_loss = answer_loss
+        self.min_exit = max(1, min(min_exit, len(solutions)))
 
     @property
     def lam(self) -> float:
@@ -178,15 +184,15 @@ class DynamicIndex:
     def start(self, horizon: int) -> PolicyRun:
         sol = self.solutions[min(horizon, len(self.solutions)) - 1]
         return _IndexRun(self.bin_edges, sol, self.bin_edges.shape[1] + 1 if self.agreement else 0,
-                         self.answer_loss)
+                         self.answer_loss, self.min_exit)
 
 
 class _IndexRun:
-    __slots__ = ("_agree_offset", "_answer_loss", "_best", "_choice", "_edges", "_k", "_last", "_r", "_sigma",
-                 "_states")
+    __slots__ = ("_agree_offset", "_answer_loss", "_best", "_choice", "_edges", "_floor", "_k", "_last", "_r",
+                 "_sigma", "_states")
 
     def __init__(self, edges: np.ndarray, sol: ChainSolution, agree_offset: int,
-                 answer_loss: np.ndarray | None = None) -> None:
+                 answer_loss: np.ndarray | None = None, min_exit: int = 1) -> None:
         self._edges = edges
         self._sigma = sol.sigma
         self._r = sol.weighted_loss
@@ -197,6 +203,7 @@ class _IndexRun:
         self._choice = 0
         self._last = -1
         self._states: list[int] = []
+        self._floor = min(min_exit, sol.sigma.shape[0]) - 1  # 0-based: the shallowest exit that may answer
 
     def observe(self, probs: np.ndarray) -> bool:
         k = self._k
@@ -208,9 +215,12 @@ class _IndexRun:
             self._last = label
         self._states.append(state)
         r = self._r[k, state]
+        self._k += 1
+        if k < self._floor:  # below the floor: go on; cut short by the deadline, the deepest exit run answers
+            self._choice = k
+            return False
         if r <= self._best:  # on a tie the deeper exit answers
             self._best, self._choice = float(r), k
-        self._k += 1
         return bool(self._best <= self._sigma[k, state])  # sigma is +inf at the horizon's last exit
 
     @property
@@ -220,7 +230,7 @@ class _IndexRun:
         k, s = self._k - 1, self._states
         table = self._answer_loss
         best = k  # on a tie the deeper exit answers
-        for j in range(k - 1, -1, -1):
+        for j in range(k - 1, min(self._floor, k) - 1, -1):
             if table[j, k, s[j], s[k]] < table[best, k, s[best], s[k]]:
                 best = j
         return best

@@ -1,4 +1,10 @@
-"""Camera frame -> model input: centre crop to a square, area resize, normalise, NCHW float32."""
+"""Camera frame -> model input: the region of interest (or the centre square), area resize, normalise, NCHW
+float32.
+
+A region is ``(x, y, w, h)`` in fractions of the frame (a gate in a corner, the step where parcels are left).
+The model sees the smallest square of pixels that holds it, centred on it and moved inside the frame where it
+would cross an edge, so nothing is stretched and capture, training and live analysis cut the same pixels.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,27 @@ import cv2
 import numpy as np
 
 from models.manifest import InputSpec
+
+Region = tuple[float, float, float, float]
+
+
+def region_box(height: int, width: int, region: Region) -> tuple[int, int, int]:
+    """(x0, y0, side) in pixels: the square holding ``region`` of an (height, width) frame (see above)."""
+    x, y, w, h = region
+    side = max(1, min(height, width, round(max(w * width, h * height))))
+    cx, cy = (x + w / 2) * width, (y + h / 2) * height
+    x0 = int(min(max(round(cx - side / 2), 0), width - side))
+    y0 = int(min(max(round(cy - side / 2), 0), height - side))
+    return x0, y0, side
+
+
+def crop_region(frame_rgb: np.ndarray, region: Region | None) -> np.ndarray:
+    """The square of ``frame_rgb`` (H, W, 3) the model sees for ``region`` (a view, not a copy); the frame itself
+    when there is no region."""
+    if region is None:
+        return frame_rgb
+    x0, y0, side = region_box(frame_rgb.shape[0], frame_rgb.shape[1], region)
+    return frame_rgb[y0 : y0 + side, x0 : x0 + side]
 
 
 def crop_resize(frame_rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:

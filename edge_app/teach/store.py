@@ -6,8 +6,12 @@
 Neighbouring frames of a video are near copies, so a frame-by-frame random split would test on frames the model
 trained on. ``split`` cuts each class's frames, in time order, into contiguous blocks of ``block_s`` seconds (a
 new block also starts after any pause in capture) and deals the blocks out: of every seven, five train, one
-calibrates (the policy and the traces) and one tests; ``materialize`` writes that as train/ calibration/ test/
-ImageFolders for the exporter. Nothing here imports torch.
+calibrates (the policy and the traces) and one tests. Those held-out blocks come from the same recordings as the
+training blocks, so they measure memory more than the scene. A frame's ``role`` overrides the deal: ``check``
+frames (a check recording, captured apart: other times, other light) are never trained or calibrated on and give
+the figure to trust; ``train`` frames (a check's wrong frames, added by the user) always train. ``materialize``
+writes train/ calibration/ test/ check/ ImageFolders for the exporter. Frames of one recording share its id, so a
+recording can be labelled in spans (``label_span``). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import cv2
@@ -27,7 +32,8 @@ import numpy as np
 from edge_app.errors import EdgeAppError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")
-SPLITS = ("train", "calibration", "test")
+SPLITS = ("train", "calibration", "test", "check")
+ROLES = ("auto", "train", "check")  # auto: dealt out in blocks
 DEAL = ("train", "train", "calibration", "train", "train", "test", "train")  # of every 7 blocks: 5 / 1 / 1
 
 
@@ -48,6 +54,9 @@ class Frame:
     t: float  # unix seconds
     width: int
     height: int
+    role: str = "auto"  # one of ROLES
+    recording: str | None = None  # the recording it was captured in (span labelling)
+    region: tuple[float, float, float, float] | None = None  # the camera's region (x, y, w, h) it was cut from
 
 
 def check_name(kind: str, name: str) -> str:
@@ -105,12 +114,15 @@ class DatasetStore:
 
     # --- frames --------------------------------------------------------------------------------------------
 
-    def add_frame(self, dataset: str, cls: str, rgb: np.ndarray, source: str, t: float | None = None) -> Frame:
+    def add_frame(self, dataset: str, cls: str, rgb: np.ndarray, source: str, t: float | None = None,
+                  role: str = "auto", recording: str | None = None,
+                  region: tuple[float, float, float, float] | None = None) -> Frame:
         """Store one (H, W, 3) uint8 RGB frame in ``cls``."""
         folder = self.class_dir(dataset, cls)
+        check_role(role)
         t = time.time() if t is None else t
         frame = Frame(f"{int(t * 1000):013d}-{uuid.uuid4().hex[:6]}", cls, source, round(t, 3),
-                      int(rgb.shape[1]), int(rgb.shape[0]))
+                      int(rgb.shape[1]), int(rgb.shape[0]), role, recording, region)
         ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
         if not ok:
             raise DatasetError("could not encode the frame as JPEG", 500)
@@ -132,7 +144,10 @@ class DatasetStore:
         out = []
         for line in index.read_text().splitlines():
             if line.strip():
-                f = Frame(**json.loads(line))
+                d = json.loads(line)
+                if d.get("region") is not None:
+                    d["region"] = tuple(d["region"])
+                f = Frame(**d)
                 if (self.root / dataset / f.cls / f"{f.id}.jpg").is_file():
                     out.append(f)
         return out
@@ -155,26 +170,92 @@ class DatasetStore:
             path.unlink(missing_ok=True)
             self._write_index(dataset, self._frames(dataset))
 
+    def _update(self, dataset: str, frame_ids: list[str], change: Callable[[Frame], Frame]) -> list[Frame]:
+        """Apply ``change`` to the named frames (moving their files when the class changes); all or nothing."""
+        if not isinstance(frame_ids, list) or not all(isinstance(i, str) for i in frame_ids):
+            raise DatasetError("'frames' must be a list of frame ids")
+        root = self._dir(dataset)
+        with self._lock:
+            frames = self._frames(dataset)
+            by_id = {f.id: f for f in frames}
+            unknown = [i for i in frame_ids if i not in by_id]
+            if unknown:
+                raise DatasetError(f"dataset {dataset!r} has no frame(s) {unknown[:5]}", 404)
+            wanted = set(frame_ids)
+            changed = []
+            for k, f in enumerate(frames):
+                if f.id in wanted:
+                    new = change(f)
+                    if new.cls != f.cls:
+                        (root / f.cls / f"{f.id}.jpg").replace(root / new.cls / f"{f.id}.jpg")
+                    frames[k] = new
+                    changed.append(new)
+            self._write_index(dataset, frames)
+        return changed
+
+    def set_role(self, dataset: str, frame_ids: list[str], role: str) -> list[Frame]:
+        """Mark frames as ``check`` (never trained on), ``train`` (always trained on) or ``auto`` (dealt out)."""
+        check_role(role)
+        return self._update(dataset, frame_ids, lambda f: replace(f, role=role))
+
+    def relabel(self, dataset: str, frame_ids: list[str], cls: str) -> list[Frame]:
+        """Move frames to class ``cls`` (the same dataset)."""
+        self.class_dir(dataset, cls)
+        return self._update(dataset, frame_ids, lambda f: replace(f, cls=cls))
+
+    def label_span(self, dataset: str, recording: str, start_t: float, end_t: float, cls: str) -> list[Frame]:
+        """The frames of ``recording`` captured from ``start_t`` to ``end_t`` (unix seconds, inclusive) go to
+        ``cls``: "this part was the gate open, that part closed"."""
+        if not isinstance(recording, str):
+            raise DatasetError("'recording' is required: a recording id (GET /api/datasets/{ds})")
+        if end_t < start_t:
+            raise DatasetError(f"the span ends ({end_t}) before it starts ({start_t})")
+        mine = [f for f in self.frames(dataset) if f.recording == recording]
+        if not mine:
+            raise DatasetError(f"dataset {dataset!r} has no recording {recording!r}", 404)
+        span = [f.id for f in mine if start_t <= f.t <= end_t]
+        if not span:
+            raise DatasetError(f"recording {recording!r} has no frame between {start_t} and {end_t} (it runs from "
+                               f"{min(f.t for f in mine)} to {max(f.t for f in mine)})")
+        return self.relabel(dataset, span, cls)
+
+    def recordings(self, frames: list[Frame]) -> list[dict[str, object]]:
+        """Each recording: id, role, its frames in time order (id, t, class), for labelling in spans."""
+        out: dict[str, list[Frame]] = {}
+        for f in sorted(frames, key=lambda f: f.t):
+            if f.recording is not None:
+                out.setdefault(f.recording, []).append(f)
+        return [{"id": rid, "role": mine[0].role, "start_unix": mine[0].t, "end_unix": mine[-1].t,
+                 "source": mine[0].source, "classes": sorted({f.cls for f in mine}),
+                 "frames": [{"id": f.id, "t": f.t, "class": f.cls} for f in mine]} for rid, mine in out.items()]
+
     def summary(self, dataset: str, recent: int = 12) -> dict[str, object]:
-        """Classes with their counts and latest frame ids (thumbnails), and how the split would deal them."""
+        """Classes with their counts and latest frame ids (thumbnails), how the split would deal them, and the
+        recordings (for labelling in spans)."""
         frames = self.frames(dataset)
         splits = self.split(frames)
-        out: dict[str, object] = {"name": dataset, "block_s": self.block_s, "classes": []}
+        classes = []
         for cls in self.classes(dataset):
             mine = sorted((f for f in frames if f.cls == cls), key=lambda f: f.t)
             counts = {s: sum(1 for f in mine if splits[f.id] == s) for s in SPLITS}
-            out["classes"].append({"name": cls, "frames": len(mine), "split": counts,  # type: ignore[attr-defined]
-                                   "sources": sorted({f.source for f in mine}),
-                                   "recent": [f.id for f in mine[-recent:]]})
-        return out
+            classes.append({"name": cls, "frames": len(mine), "split": counts,
+                            "sources": sorted({f.source for f in mine}),
+                            "recent": [f.id for f in mine if f.role != "check"][-recent:],
+                            "check_recent": [f.id for f in mine if f.role == "check"][-recent:]})
+        unchecked = [c["name"] for c in classes if not c["split"]["check"]]  # type: ignore[index]
+        return {"name": dataset, "block_s": self.block_s, "classes": classes, "recordings": self.recordings(frames),
+                "check": {"frames": sum(c["split"]["check"] for c in classes),  # type: ignore[index]
+                          "classes_without": unchecked}}
 
     # --- the split -----------------------------------------------------------------------------------------
 
     def split(self, frames: list[Frame]) -> dict[str, str]:
-        """Frame id -> "train" / "calibration" / "test": per class, contiguous time blocks dealt out (see above)."""
-        out: dict[str, str] = {}
-        for cls in sorted({f.cls for f in frames}):
-            mine = sorted((f for f in frames if f.cls == cls), key=lambda f: f.t)
+        """Frame id -> "train" / "calibration" / "test" / "check": a frame's role when it has one, else per class,
+        contiguous time blocks dealt out (see above)."""
+        out: dict[str, str] = {f.id: f.role for f in frames if f.role != "auto"}
+        dealt = [f for f in frames if f.role == "auto"]
+        for cls in sorted({f.cls for f in dealt}):
+            mine = sorted((f for f in dealt if f.cls == cls), key=lambda f: f.t)
             block, start, last = 0, None, None
             for f in mine:
                 if start is None:
@@ -194,14 +275,14 @@ class DatasetStore:
             raise DatasetError(f"dataset {dataset!r} has {len(classes)} class(es); a model needs at least two")
         counts: dict[str, dict[str, int]] = {}
         for cls in classes:
-            mine = [f for f in frames if f.cls == cls]
-            c = counts[cls] = {s: sum(1 for f in mine if splits[f.id] == s) for s in SPLITS}
+            mine = [f for f in frames if f.cls == cls and f.role != "check"]
+            c = counts[cls] = {s: sum(1 for f in frames if f.cls == cls and splits[f.id] == s) for s in SPLITS}
             if not mine:
                 raise DatasetError(f"class {cls!r} is empty: capture frames into it, or delete it")
             if len(mine) < min_frames:
-                raise DatasetError(f"class {cls!r} has {len(mine)} frames; at least {min_frames} are needed "
-                                   "([training] min_frames_per_class)")
-            if min(c.values()) == 0:
+                raise DatasetError(f"class {cls!r} has {len(mine)} frames to train on (check frames not counted); at "
+                                   f"least {min_frames} are needed ([training] min_frames_per_class)")
+            if min(c[s] for s in SPLITS if s != "check") == 0:
                 raise DatasetError(f"class {cls!r}: too few frames for the split ({c}); the frames are dealt out "
                                    f"in {self.block_s:g} s blocks (5 train, 1 calibration, 1 test of every 7): "
                                    f"record at least {7 * self.block_s:g} s of it")
@@ -225,3 +306,10 @@ class DatasetStore:
                 shutil.copyfile(src, dst)
         return {s: {c: sum(1 for f in frames if f.cls == c and splits[f.id] == s) for c in self.classes(dataset)}
                 for s in SPLITS}
+
+
+def check_role(role: str) -> str:
+    if role not in ROLES:
+        raise DatasetError(f"role {role!r}: one of {list(ROLES)} (check: a check recording, never trained on; "
+                           "train: always trained on; auto: dealt out in time blocks)")
+    return role
