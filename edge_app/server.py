@@ -33,6 +33,7 @@ from edge_app.metrics import Metrics
 from edge_app.stallwatch import StallWatch
 from edge_app.teach.api import TEACH_KEY
 from edge_app.teach.api import add_routes as add_teach_routes
+from edge_app.teach.registry import ModelRegistry
 from models.service import InferenceService
 from streams.ice import machine_host_addresses, restrict_host_addresses
 from streams.redact import add_secret, add_url_secrets
@@ -102,7 +103,17 @@ def model_status(service: InferenceService) -> dict[str, Any]:
              "cost_p95_ms": round(c.high_ms, 3), "runs": c.count}
             for ex, c in zip(m.exits, service.costs, strict=True)
         ],
+        "check": _check_summary(rt.folder),
     }
+
+
+def _check_summary(folder: Path) -> dict[str, Any] | None:
+    """A taught model's accuracy on its check recording (None: not taught here, or taught without a check)."""
+    report = ModelRegistry.report(folder)
+    check = None if report is None else report.get("check")
+    if not isinstance(check, dict):
+        return None
+    return {k: check.get(k) for k in ("frames", "accuracy", "per_exit_accuracy", "exits_used")}
 
 
 async def index(request: web.Request) -> web.FileResponse:

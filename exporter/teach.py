@@ -8,8 +8,10 @@ recordings, ``check/`` from check recordings captured apart). The base's weights
 segments (``exporter.recover``); its three exit heads are replaced when the class set differs, the backbone is
 kept, and all of it is fine-tuned jointly, every class drawn equally often. Frames are prepared exactly as the
 runtime prepares them (the region's square, area resize: ``models.preprocess``), and training frames are jittered
-as a fixed camera's view changes (``Jitter``). The epoch kept is the best on the check frames (else on the
-jittered calibration frames); training stops when it has not improved for ``patience`` epochs.
+as a fixed camera's view changes (``Jitter``). The epoch kept is the best on the jittered calibration frames (the
+later one on a tie); training stops when that has not improved for ``patience`` epochs. The check's accuracy is
+shown every epoch but never chooses: on a check in new light the epochs' accuracy swung from 50 to 98 %, and
+keeping the best of them would report luck as skill.
 
 Calibration frames are near copies of training frames, so on them every exit looks perfect and the dynamic index
 would stop at exit 1 everywhere. The policy is therefore fitted on jittered copies of them, and it has a floor:
@@ -172,7 +174,7 @@ def depth_floor(accuracy: Sequence[float], tolerance: float = 0.01) -> int:
 
 
 def check_report(policy: DynamicIndex, probs: np.ndarray, labels: np.ndarray, ids: list[str], names: list[str],
-                 costs_ms: Sequence[float], max_wrong: int = 60) -> dict[str, Any]:
+                 costs_ms: Sequence[float], max_wrong: int = 200) -> dict[str, Any]:
     """What the policy as served answers on the check frames: accuracy, exits used, cost, the confusion (rows:
     the true class, columns: the answer) and the frames it got wrong."""
     cum = np.cumsum(costs_ms)
@@ -260,26 +262,25 @@ def teach(data: Path, base: Path, out: Path, epochs: int = 12, lr: float = 2e-3,
     model.load_state_dict(kept, strict=False)
     progress({"event": "start", "base": str(base), "kept_tensors": len(kept), "new_tensors": len(own) - len(kept),
               "epochs": epochs, "input_size": size, "recovery_error": err,
-              "early_stopping_on": "check" if check_ds is not None else "calibration (jittered)"})
+              "early_stopping_on": "calibration (jittered)"})
     cfg = TrainConfig(epochs=epochs, batch_size=min(batch_size, len(train_ds)), lr=lr, threads=threads,
                       max_shift=max(2, size // 16))
-    watch = check_ds if check_ds is not None else cal_ds
     best: dict[str, Any] = {"score": -1.0, "epoch": 0, "state": None}
 
     def on_epoch(net: ThreeExitVGG, done: list[Any]) -> bool:
         cal_acc, _, _ = evaluate(net, cal_ds)
-        watch_acc = cal_acc if watch is cal_ds else evaluate(net, watch)[0]
+        check_acc = None if check_ds is None else evaluate(net, check_ds)[0]  # shown, never used to choose
         net.train()
         h = done[-1]
-        score = float(np.mean(watch_acc))
-        if score > best["score"]:
+        score = float(np.mean(cal_acc))
+        if score >= best["score"]:  # a tie: the later epoch (further down the learning-rate schedule)
             best.update(score=score, epoch=h.epoch, state=copy.deepcopy(net.state_dict()))
         seconds = [e.seconds for e in done]
-        stop = h.epoch - best["epoch"] >= patience or score >= 0.9995
+        stop = h.epoch - best["epoch"] >= patience
         progress({"event": "epoch", "epoch": h.epoch, "epochs": epochs, "loss": round(h.loss, 4),
                   "train_accuracy": [round(a, 4) for a in h.train_accuracy],
                   "calibration_accuracy": [round(a, 4) for a in cal_acc],
-                  "check_accuracy": None if watch is cal_ds else [round(a, 4) for a in watch_acc],
+                  "check_accuracy": None if check_acc is None else [round(a, 4) for a in check_acc],
                   "best_epoch": best["epoch"], "seconds": round(h.seconds, 2),
                   "eta_s": 0 if stop else round(float(np.mean(seconds)) * (epochs - h.epoch), 1)})
         return stop

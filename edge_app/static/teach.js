@@ -1,11 +1,17 @@
-// "Teach it your scene": classes of frames captured from the source on show, training with progress, the
-// held-out per-exit accuracy and cost, deploy and roll back. Everything goes through the documented HTTP API
-// (/api/..., docs/teach.md); window.edge.teach holds the panel's state for the end-to-end test.
+// "Teach it your scene": classes of frames captured from the source on show (training recordings and check
+// recordings, captured apart), recordings labelled in spans, the camera's region, training with progress, and
+// before deploy what the check says: accuracy per exit and of the policy as served, the confusion, the frames it
+// got wrong (one click adds them to training) and the operating points; deploy and roll back. Everything goes
+// through the documented HTTP API (/api/..., docs/teach.md); window.edge.teach holds the panel's state for the
+// end-to-end tests.
+import { initRegion } from "./region.js";
 
 const $ = (id) => document.getElementById(id);
+const pct = (a) => (a === null || a === undefined ? "–" : `${(100 * a).toFixed(1)} %`);
 
 export function initTeach(api, edge) {
-  const t = edge.teach = { dataset: null, recording: null, job: null, models: null, error: null, deployed: null };
+  const t = edge.teach = { dataset: null, recording: null, job: null, models: null, error: null, deployed: null,
+    report: null, added: 0, spans: 0, span: null };
   const ds = () => $("teach-dataset").value.trim() || "scene";
   const show = (msg, bad = false) => { $("teach-msg").textContent = msg; $("teach-msg").className = bad ? "warn" : ""; t.error = bad ? msg : null; };
 
@@ -42,38 +48,96 @@ export function initTeach(api, edge) {
       const name = document.createElement("b");
       name.textContent = `${c.name}`;
       const count = document.createElement("span");
-      count.textContent = ` ${c.frames} frames (train ${c.split.train} · calibration ${c.split.calibration} · test ${c.split.test}) `;
+      count.textContent = ` ${c.frames} frames (train ${c.split.train} · calibration ${c.split.calibration} · test ${c.split.test} · check ${c.split.check}) `;
       const snap = button("snap", () => capture(c.name, 0));
       snap.dataset.cls = c.name; snap.className = "teach-snap";
       const rec = button("record", () => capture(c.name, Number($("teach-seconds").value)));
       rec.dataset.cls = c.name; rec.className = "teach-record";
+      const check = button("record check", () => capture(c.name, Number($("teach-seconds").value), "check"));
+      check.dataset.cls = c.name; check.className = "teach-check";
+      check.title = "a check recording: captured apart (other light, another time of day), never trained on; training reports its accuracy on it";
       const del = button("delete class", async () => { if (confirm(`Delete class ${c.name} and its ${c.frames} frames?`)) { await call(`/api/datasets/${encodeURIComponent(ds())}/classes/${encodeURIComponent(c.name)}`, "DELETE"); refresh(); } });
       const thumbs = document.createElement("div");
       thumbs.className = "thumbs";
-      for (const id of c.recent.slice(-8)) {
-        const img = document.createElement("img");
-        img.src = `/api/datasets/${encodeURIComponent(ds())}/frames/${id}.jpg`;
-        img.title = `${id} (click to delete)`;
+      for (const [id, kind] of [...c.recent.slice(-8).map((i) => [i, "train"]), ...c.check_recent.slice(-4).map((i) => [i, "check"])]) {
+        const img = thumb(id, `${id} (${kind === "check" ? "check frame; " : ""}click to delete)`);
+        if (kind === "check") img.className = "check";
         img.onclick = async () => { await call(`/api/datasets/${encodeURIComponent(ds())}/frames/${id}`, "DELETE"); refresh(); };
         thumbs.append(img);
       }
-      row.append(name, count, snap, rec, del, thumbs);
+      row.append(name, count, snap, rec, check, del, thumbs);
       return row;
     });
     $("teach-classes").replaceChildren(...rows);
+    const chk = t.dataset.check;
+    $("teach-check-warning").textContent = !t.dataset.classes.length ? "" : chk.frames === 0
+      ? "No check recording yet: the held-out figure after training comes from the same recordings as training and may be optimistic. Record a check of each state in the conditions you expect (lights on and off, day and night)."
+      : chk.classes_without.length ? `The check has no frames of ${chk.classes_without.join(", ")}: record a check of each state.` : "";
+    drawRecordings();
+  }
+
+  function thumb(id, title) {
+    const img = document.createElement("img");
+    img.src = `/api/datasets/${encodeURIComponent(ds())}/frames/${id}.jpg`;
+    img.title = title; img.loading = "lazy";
+    return img;
+  }
+
+  // Recordings, labelled in spans: click the first and the last frame of a span, pick its class, "label span".
+  function drawRecordings() {
+    const classes = t.dataset.classes.map((c) => c.name);
+    const rows = t.dataset.recordings.slice(-6).map((rec) => {
+      const row = document.createElement("div");
+      row.className = "teach-recording"; row.dataset.recording = rec.id;
+      const when = new Date(rec.start_unix * 1000).toLocaleTimeString();
+      const head = document.createElement("div");
+      head.textContent = `${when} · ${rec.frames.length} frames · ${rec.role === "check" ? "check · " : ""}${rec.classes.join(" + ")} `;
+      const strip = document.createElement("div");
+      strip.className = "thumbs strip";
+      const step = Math.max(1, Math.ceil(rec.frames.length / 16));
+      const shown = rec.frames.filter((_, i) => i % step === 0 || i === rec.frames.length - 1);
+      const span = t.span && t.span.recording === rec.id ? t.span : null;
+      for (const f of shown) {
+        const img = thumb(f.id, `${new Date(f.t * 1000).toLocaleTimeString()} · ${f.class} (click: span start, then end)`);
+        if (span && f.t >= span.from && f.t <= (span.to ?? span.from)) img.className = "picked";
+        img.onclick = () => {
+          t.span = !span || span.to !== null ? { recording: rec.id, from: f.t, to: null } : { ...span, from: Math.min(span.from, f.t), to: Math.max(span.from, f.t) };
+          drawRecordings();
+        };
+        strip.append(img);
+      }
+      const pick = document.createElement("select");
+      pick.className = "teach-span-class";
+      for (const c of classes) pick.append(new Option(c, c));
+      const label = button("label span", async () => {
+        if (!span) { show("click the first and the last frame of the span first", true); return; }
+        try {
+          const out = await call(`/api/datasets/${encodeURIComponent(ds())}/relabel`, "POST",
+            { recording: rec.id, from_unix: span.from, to_unix: span.to ?? span.from, class: pick.value });
+          t.spans += 1; t.span = null;
+          show(`${out.changed} frame(s) of that recording are now ${pick.value}`);
+        } catch (err) { show(String(err.message || err), true); }
+        refresh();
+      });
+      label.className = "teach-span";
+      head.append(pick, label);
+      row.append(head, strip);
+      return row;
+    });
+    $("teach-recordings").replaceChildren(...rows);
   }
 
   function button(text, onclick) { const b = document.createElement("button"); b.textContent = text; b.onclick = onclick; return b; }
 
-  async function capture(cls, seconds) {
+  async function capture(cls, seconds, role = "auto") {
     const src = source();
     if (!src) { show("connect first (your camera), or pick a camera and connect", true); return; }
     try {
       let rec = await call(`/api/datasets/${encodeURIComponent(ds())}/classes/${encodeURIComponent(cls)}/capture`, "POST",
-        { source: src, seconds, fps: Number($("teach-fps").value) });
+        { source: src, seconds, fps: Number($("teach-fps").value), role });
       t.recording = rec;
       while (rec.state === "recording") {
-        show(`recording ${cls}: ${rec.saved} frames, ${rec.elapsed_s.toFixed(0)} of ${rec.seconds} s`);
+        show(`recording ${role === "check" ? "a check of " : ""}${cls}: ${rec.saved} frames, ${rec.elapsed_s.toFixed(0)} of ${rec.seconds} s`);
         await new Promise((r) => setTimeout(r, 500));
         rec = t.recording = await call(`/api/recordings/${rec.id}`);
       }
@@ -84,21 +148,83 @@ export function initTeach(api, edge) {
 
   async function train() {
     try {
-      let job = t.job = await call("/api/training", "POST", { dataset: ds() });
+      let job = t.job = await call("/api/training", "POST", { dataset: ds(), from: $("teach-from").value, input_size: Number($("teach-size").value) });
       $("teach-cancel").disabled = false;
       while (job.state === "running") {
         const e = job.epoch;
-        show(e ? `training: epoch ${e.epoch}/${e.epochs}, loss ${e.loss}, calibration accuracy per exit ${e.calibration_accuracy.map((a) => (100 * a).toFixed(0) + " %").join(" / ")}`
-          : `training: ${job.stage}`);
+        const acc = (xs) => xs.map((a) => (100 * a).toFixed(0) + " %").join(" / ");
+        show(e ? `training from ${job.base}: epoch ${e.epoch}/${e.epochs} (${job.elapsed_s.toFixed(0)} s, about ${e.eta_s.toFixed(0)} s left at most), loss ${e.loss}, ` +
+          (e.check_accuracy ? `check accuracy per exit ${acc(e.check_accuracy)}` : `calibration (jittered) accuracy per exit ${acc(e.calibration_accuracy)}`) +
+          `, best epoch ${e.best_epoch}` : `training from ${job.base}: ${job.stage}`);
         await new Promise((r) => setTimeout(r, 1000));
         job = t.job = await call(`/api/training/${job.id}`);
       }
       $("teach-cancel").disabled = true;
       if (job.state !== "succeeded") { show(`training ${job.state}${job.error ? ": " + job.error : ""}`, true); return; }
       const r = job.result;
-      show(`trained ${r.model.split("/").pop()} in ${r.seconds} s on ${r.frames.train} frames; held-out test block: ` +
-        r.test_accuracy.map((a, k) => `exit ${k + 1} ${(100 * a).toFixed(1)} % @ ${r.costs_ms[k].toFixed(2)} ms`).join(" · ") +
-        ". Deploy it below.");
+      show(`trained ${r.model.split("/").pop()} in ${r.seconds} s on ${r.frames.train} frames (${r.epochs_run} epochs, kept epoch ${r.best_epoch}). ` +
+        (r.check ? `On the check: ${pct(r.check.accuracy)} right as served.` : "No check recording: the held-out figure may be optimistic.") + " See below, then deploy.");
+      drawReport(r.model.split("/").pop(), r);
+    } catch (err) { show(String(err.message || err), true); }
+    refresh();
+  }
+
+  // What training found, before deploy: held-out (same recordings) and check accuracy per exit, the policy as
+  // served on the check (accuracy, exits, cost), its confusion, the frames it got wrong, the operating points.
+  function drawReport(name, r) {
+    t.report = { name, ...r };
+    const el = $("teach-report");
+    el.replaceChildren();
+    const h = document.createElement("h3");
+    h.textContent = `${name}: what to expect`;
+    const table = document.createElement("table");
+    const row = (cells, tag = "td") => { const tr = document.createElement("tr"); for (const c of cells) { const td = document.createElement(tag); td.textContent = c; tr.append(td); } return tr; };
+    table.append(row(["", ...r.test_accuracy.map((_, k) => `exit ${k + 1}`), "as served"], "th"));
+    table.append(row(["held-out blocks (same recordings as training)", ...r.test_accuracy.map(pct), ""]));
+    if (r.check) table.append(row([`check recording (${r.check.frames} frames, never trained on)`, ...r.check.per_exit_accuracy.map(pct), pct(r.check.accuracy)]));
+    table.append(row(["cost on this CPU", ...r.costs_ms.map((c) => `${c.toFixed(2)} ms`), r.check ? `${r.check.mean_cost_ms.toFixed(2)} ms` : ""]));
+    table.className = "report";
+    const p = r.policy;
+    const policy = document.createElement("p");
+    policy.textContent = `Policy: the dynamic index fitted on jittered calibration frames, floor at exit ${p.min_exit} (from the ${p.floor_from}: the shallowest exit within a point of full depth)` +
+      (r.check ? `; on the check it stopped at exits ${r.check.exits_used.map((n, k) => `${k + 1}: ${n}`).join(", ")}.` : ".") +
+      (r.check ? "" : " Without a check recording these figures come from the same recordings as training and may be optimistic.");
+    el.append(h, table, policy);
+    if (r.check) {
+      const conf = document.createElement("table");
+      conf.className = "report confusion";
+      conf.append(row(["true \\ answer", ...r.classes], "th"));
+      r.check.confusion.forEach((line, i) => conf.append(row([r.classes[i], ...line.map(String)])));
+      el.append(conf);
+      if (r.check.wrong_count) {
+        const wrong = document.createElement("div");
+        wrong.className = "thumbs wrong";
+        const ids = r.check.wrong.map((w) => w.id);
+        for (const w of r.check.wrong) {
+          const img = thumb(w.id, `${w.class}, answered ${w.answer} at exit ${w.exit} (per exit: ${w.per_exit.join(", ")}); click: add to training`);
+          img.onclick = () => addToTraining([w.id]);
+          wrong.append(img);
+        }
+        const add = button(`add the ${ids.length} wrong frame(s) to training`, () => addToTraining(ids));
+        add.id = "teach-add-wrong";
+        const note = document.createElement("p");
+        note.textContent = `${r.check.wrong_count} check frame(s) answered wrong (their true class, then the answer, in each tooltip). Added frames leave the check and train; record a new check afterwards to measure again.`;
+        el.append(note, wrong, add);
+      }
+    }
+    const points = r.operating_points.points;
+    const op = document.createElement("table");
+    op.className = "report";
+    op.append(row(["operating point", `accuracy (${r.operating_points.on})`, "cost per frame"], "th"));
+    for (const pt of points) op.append(row([pt.kind === "dynamic-index" ? `dynamic index, λ ${pt.lam}` : pt.kind, pct(pt.accuracy), `${pt.cost_ms.toFixed(2)} ms (${(100 * pt.cost_fraction).toFixed(0)} % of full depth)`]));
+    el.append(op);
+  }
+
+  async function addToTraining(ids) {
+    try {
+      const out = await call(`/api/datasets/${encodeURIComponent(ds())}/relabel`, "POST", { frames: ids, role: "train", balance: true });
+      t.added += out.changed;
+      show(`${out.changed} frame(s) moved from the check to training (the ${ids.length} picked, and as many check frames of each other class, captured nearest in time, so that no class is taught by its mistakes alone); train again: it starts from the last model taught`);
     } catch (err) { show(String(err.message || err), true); }
     refresh();
   }
@@ -106,8 +232,15 @@ export function initTeach(api, edge) {
   function drawModels() {
     const items = t.models.models.map((m) => {
       const li = document.createElement("li");
-      li.textContent = m.error ? `${m.name}: ${m.error}` : `${m.name}${m.in_use ? " (in use)" : ""}: ${m.classes.join(", ")} · ` +
-        m.test_accuracy.map((a, k) => `exit ${k + 1} ${(100 * a).toFixed(1)} % @ ${m.costs_ms[k].toFixed(2)} ms`).join(" · ");
+      const check = m.report && m.report.check;
+      li.textContent = m.error ? `${m.name}: ${m.error}` : `${m.name}${m.in_use ? " (in use)" : ""}: ${m.classes.join(", ")} · ${m.input_size} px · held-out ` +
+        m.test_accuracy.map((a, k) => `exit ${k + 1} ${(100 * a).toFixed(1)} % @ ${m.costs_ms[k].toFixed(2)} ms`).join(" · ") +
+        (check ? ` · check ${pct(check.accuracy)} as served` : m.report ? " · no check recording" : "");
+      if (m.report) {
+        const b = button("details", () => drawReport(m.name, m.report));
+        b.className = "teach-details"; b.dataset.model = m.name;
+        li.append(" ", b);
+      }
       if (!m.in_use && !m.error) {
         const b = button("deploy", () => deploy(m.name));
         b.className = "teach-deploy"; b.dataset.model = m.name;
@@ -125,6 +258,10 @@ export function initTeach(api, edge) {
     refresh();
   }
 
+  const region = initRegion(api, edge, show);
+  const cameraOf = () => $("source").value || null;
+  $("source").addEventListener("change", () => region.load(cameraOf()));
+  t.region = region;
   $("teach-dataset").onchange = refresh;
   $("teach-add-class").onclick = async () => {
     try { await call(`/api/datasets/${encodeURIComponent(ds())}/classes`, "POST", { name: $("teach-class").value.trim() }); $("teach-class").value = ""; }
@@ -139,5 +276,5 @@ export function initTeach(api, edge) {
     refresh();
   };
   refresh();
-  return { refresh };
+  return { refresh: () => { refresh(); if (edge.region.camera !== cameraOf()) region.load(cameraOf()); } };
 }

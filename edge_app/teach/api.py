@@ -5,10 +5,15 @@ behind the token when one is set; bad input gets a 4xx with a reason.
     GET    /api/datasets                                    POST {"name"}: create
     GET    /api/datasets/{ds}                               classes, counts per split, recent frame ids
     POST   /api/datasets/{ds}/classes                       {"name"}            DELETE .../classes/{cls}
-    POST   /api/datasets/{ds}/classes/{cls}/capture         {"source", "seconds": 0 (a snapshot) or S, "fps"}
+    POST   /api/datasets/{ds}/classes/{cls}/capture         {"source", "seconds": 0 (a snapshot) or S, "fps",
+                                                             "role": "auto" | "check"}
     GET    /api/recordings/{id}
     GET    /api/datasets/{ds}/frames/{frame}.jpg            DELETE /api/datasets/{ds}/frames/{frame}
-    POST   /api/training                                    {"dataset", "epochs"?}: start (409 while one runs)
+    POST   /api/datasets/{ds}/relabel                       {"frames": [...]} or {"recording", "from_unix",
+                                                             "to_unix"}, with "class" and/or "role"
+    GET    /api/cameras/{name}/region                       PUT {"region": [x, y, w, h] or null}
+    POST   /api/training                                    {"dataset", "epochs"?, "from"?, "input_size"?}: start
+                                                             (409 while one runs)
     GET    /api/training/{id}                               progress; DELETE: cancel
     GET    /api/models                                      versions, in use, per-exit held-out accuracy and cost
     POST   /api/models/{name}/deploy                        swap it in (422 when it fails validation)
@@ -25,7 +30,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from edge_app.config import AppConfig
+from edge_app.config import AppConfig, check_region
 from edge_app.hub import Hub
 from edge_app.pipeline import AnalysisPipeline
 from edge_app.teach.capture import Recorder
@@ -89,6 +94,7 @@ class Teach:
 
 
 TEACH_KEY = web.AppKey("teach", Teach)
+INPUT_SIZES = (64, 96, 128, 160, 192, 224)
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -147,8 +153,12 @@ async def capture(request: web.Request, t: Teach) -> web.Response:
     source = body.get("source")
     if not isinstance(source, str):
         raise DatasetError("'source' is required: camera:NAME or session:ID (GET /api/sources)")
+    role = body.get("role", "auto")
+    if not isinstance(role, str):
+        raise DatasetError("'role' is \"auto\" (dealt out to train, calibration and test) or \"check\"")
     rec = await t.recorder.record(request.match_info["ds"], request.match_info["cls"], source,
-                                  _number(body, "seconds", 0.0), _number(body, "fps", 10.0), bool(body.get("wait")))
+                                  _number(body, "seconds", 0.0), _number(body, "fps", 10.0), bool(body.get("wait")),
+                                  role)
     return web.json_response(rec.status(), status=200 if rec.state != "recording" else 202)
 
 
@@ -168,6 +178,50 @@ async def frame(request: web.Request, t: Teach) -> web.StreamResponse:
     return web.FileResponse(t.store.frame_path(ds, fid.removesuffix(".jpg")), headers={"Cache-Control": "max-age=3600"})
 
 
+async def relabel(request: web.Request, t: Teach) -> web.Response:
+    """Frames (or a span of a recording) to another class and/or role: a check's wrong frames "add to training"
+    (role train; with "balance", as many check frames of the other classes go too), a recording labelled in spans
+    (class)."""
+    ds, body = request.match_info["ds"], await _body(request)
+    cls, role = body.get("class"), body.get("role")
+    if cls is None and role is None:
+        raise DatasetError("say what to change: 'class' (a class of the dataset) and/or 'role' (auto, train, check)")
+    if not all(v is None or isinstance(v, str) for v in (cls, role)):
+        raise DatasetError("'class' and 'role' are strings")
+    if "recording" in body:
+        start, end = _number(body, "from_unix", 0.0), _number(body, "to_unix", 1e12)
+        ids = [f.id for f in t.store.frames(ds) if f.recording == body["recording"] and start <= f.t <= end]
+        if not ids:
+            raise DatasetError(f"recording {body['recording']!r} has no frame in that span", 404)
+        if cls is not None:
+            ids = [f.id for f in t.store.label_span(ds, body["recording"], start, end, cls)]
+    else:
+        ids = body.get("frames")  # type: ignore[assignment]
+        if cls is not None:
+            t.store.relabel(ds, ids, cls)
+    if role == "train" and body.get("balance"):
+        ids = [f.id for f in t.store.add_to_training(ds, ids)]
+    elif role is not None:
+        t.store.set_role(ds, ids, role)
+    return web.json_response({"changed": len(ids), "frames": ids, **t.store.summary(ds)})
+
+
+async def region(request: web.Request, t: Teach) -> web.Response:
+    """A camera's region of interest: read it, or set it live (the config file is read again at the next start:
+    put the region there to keep it)."""
+    name = request.match_info["name"]
+    pipe = t.pipeline_for(f"camera:{name}")
+    if request.method == "PUT":
+        value = (await _body(request)).get("region")
+        try:
+            pipe.region = None if value is None else check_region(value)
+        except ValueError as exc:
+            raise DatasetError(str(exc)) from exc
+        log.info("camera %s: region set to %s through the API", name, pipe.region)
+    value = None if pipe.region is None else [round(v, 4) for v in pipe.region]
+    return web.json_response({"camera": name, "region": value, "config": f"region = {value}" if value else None})
+
+
 async def training(request: web.Request, t: Teach) -> web.Response:
     body = await _body(request)
     ds = body.get("dataset")
@@ -176,7 +230,18 @@ async def training(request: web.Request, t: Teach) -> web.Response:
     epochs = body.get("epochs")
     if epochs is not None and (not isinstance(epochs, int) or not 1 <= epochs <= 500):
         raise DatasetError("'epochs' must be a whole number from 1 to 500")
-    job = await t.trainer.start(ds, t.registry.folder(t.registry.active), epochs)
+    size = body.get("input_size")
+    if size is not None and (not isinstance(size, int) or size not in INPUT_SIZES):
+        raise DatasetError(f"'input_size' is one of {list(INPUT_SIZES)} pixels (a multiple of 32); larger sees "
+                           "small things better and costs more per exit")
+    start_from = body.get("from", "latest")
+    if not isinstance(start_from, str):
+        raise DatasetError("'from' is \"latest\" (the last model taught on this dataset), \"active\" or a model name")
+    if start_from == "latest":
+        start_from = t.registry.latest_for(ds, t.store.classes(ds)) or t.registry.active
+    elif start_from == "active":
+        start_from = t.registry.active
+    job = await t.trainer.start(ds, t.registry.folder(start_from), epochs, size)
     return web.json_response(job.status(), status=202)
 
 
@@ -211,6 +276,9 @@ def add_routes(app: web.Application, hub: Hub, config: AppConfig) -> Teach:
     r.add_get("/api/recordings/{id}", _handler(recording))
     r.add_get("/api/datasets/{ds}/frames/{frame}", _handler(frame))
     r.add_delete("/api/datasets/{ds}/frames/{frame}", _handler(frame))
+    r.add_post("/api/datasets/{ds}/relabel", _handler(relabel))
+    r.add_get("/api/cameras/{name}/region", _handler(region))
+    r.add_put("/api/cameras/{name}/region", _handler(region))
     r.add_post("/api/training", _handler(training))
     r.add_get("/api/training/{id}", _handler(training_job))
     r.add_delete("/api/training/{id}", _handler(training_job))

@@ -35,13 +35,15 @@ class TrainingJob:
     events: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     ended_s: float | None = None
+    base: str = ""  # the model it started from
     proc: asyncio.subprocess.Process | None = None
 
     def status(self) -> dict[str, Any]:
         epochs = [e for e in self.events if e.get("event") == "epoch"]
         done = next((e for e in self.events if e.get("event") == "done"), None)
         stage = self.events[-1]["event"] if self.events else "starting"
-        return {"id": self.id, "dataset": self.dataset, "model": self.version, "state": self.state, "stage": stage,
+        return {"id": self.id, "dataset": self.dataset, "model": self.version, "base": self.base,
+                "state": self.state, "stage": stage,
                 "started_unix": round(self.started_s, 1), "elapsed_s": round((self.ended_s or time.time())
                                                                              - self.started_s, 1),
                 "epoch": epochs[-1] if epochs else None, "epochs": epochs, "error": self.error, "result": done}
@@ -61,7 +63,10 @@ class Trainer:
     def running(self) -> TrainingJob | None:
         return next((j for j in self.jobs.values() if j.state == "running"), None)
 
-    async def start(self, dataset: str, base: Path, epochs: int | None = None) -> TrainingJob:
+    async def start(self, dataset: str, base: Path, epochs: int | None = None, input_size: int | None = None
+                    ) -> TrainingJob:
+        """Start training on ``dataset`` from the model folder ``base`` (the last model taught on it, when the
+        class set is the same, so that a retraining refines it)."""
         if (job := self.running) is not None:
             raise DatasetError(f"training is already running (job {job.id}, dataset {job.dataset!r}); wait for it "
                                f"or cancel it (DELETE /api/training/{job.id})", 409)
@@ -75,13 +80,16 @@ class Trainer:
         data = self.models_dir / ".data" / version
         loop = asyncio.get_running_loop()
         counts = await loop.run_in_executor(None, self.store.materialize, dataset, data)
-        job = TrainingJob(id=version, dataset=dataset, version=version, out=out)
-        job.events.append({"event": "split", "frames": counts})
+        job = TrainingJob(id=version, dataset=dataset, version=version, out=out, base=base.name)
+        regions = sorted({str(list(f.region)) for f in self.store.frames(dataset) if f.region is not None})
+        job.events.append({"event": "split", "frames": counts, "base": base.name, "regions": regions})
         self.models_dir.mkdir(parents=True, exist_ok=True)
         stderr = (self.models_dir / f"{version}.log").open("wb")
         cmd = [sys.executable, "-m", "exporter.teach", "--json", "--data", str(data), "--base", str(base),
                "--out", str(out), "--epochs", str(epochs or self.cfg.epochs), "--lr", str(self.cfg.lr),
                "--batch-size", str(self.cfg.batch_size), "--threads", str(self.cfg.threads)]
+        if input_size:
+            cmd += ["--input-size", str(input_size)]
         job.proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=stderr)
         stderr.close()
         self.jobs[job.id] = job
@@ -101,8 +109,9 @@ class Trainer:
                 continue
             job.events.append(event)
             if event.get("event") == "epoch":
-                log.info("training %s: epoch %s/%s loss %s calibration accuracy %s", job.id, event["epoch"],
-                         event["epochs"], event["loss"], event["calibration_accuracy"])
+                log.info("training %s: epoch %s/%s loss %s calibration accuracy %s check accuracy %s", job.id,
+                         event["epoch"], event["epochs"], event["loss"], event["calibration_accuracy"],
+                         event.get("check_accuracy"))
             if event.get("event") == "error":
                 job.error = event.get("error")
         rc = await proc.wait()

@@ -21,6 +21,7 @@ from models.errors import ModelError
 from models.manifest import read_manifest
 
 DEFAULT = "default"
+REPORT_FILE = "report.json"
 FILES = ("manifest.json", "policy.json")
 
 
@@ -99,10 +100,32 @@ class ModelRegistry:
                 out.append({"name": name, "error": str(exc), "in_use": name == active})
                 continue
             out.append({"name": name, "folder": str(folder), "classes": m.class_names,
+                        "input_size": m.input.width,
                         "test_accuracy": [round(e.test_accuracy, 4) for e in m.exits],
                         "costs_ms": [round(c, 3) for c in m.costs_ms], "in_use": name == active,
-                        "policy": (folder / "policy.json").is_file()})
+                        "policy": (folder / "policy.json").is_file(), "report": self.report(folder)})
         return out
+
+    @staticmethod
+    def report(folder: Path) -> dict[str, Any] | None:
+        """What training found (``exporter.teach``'s report.json: check accuracy and confusion, the frames it got
+        wrong, the policy and its operating points); None for a model not taught here."""
+        path = folder / REPORT_FILE
+        if not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def latest_for(self, dataset: str, classes: list[str]) -> str | None:
+        """The newest model taught on ``dataset`` with exactly ``classes`` (a retraining starts from it)."""
+        prefix = dataset.replace(" ", "_") + "-"
+        for v in self.versions():
+            if v["name"].startswith(prefix) and v.get("classes") == classes and v.get("policy"):
+                return str(v["name"])
+        return None
 
     def delete(self, name: str) -> None:
         if name == DEFAULT or name in {h["model"] for h in self.history()}:

@@ -198,6 +198,25 @@ class DatasetStore:
         check_role(role)
         return self._update(dataset, frame_ids, lambda f: replace(f, role=role))
 
+    def add_to_training(self, dataset: str, frame_ids: list[str]) -> list[Frame]:
+        """Check frames (the ones the model got wrong) go to training, with as many check frames of every other
+        class, the ones captured nearest in time (the same conditions): wrong frames are mostly of one class in
+        one condition, and adding only them teaches "dark means cat", which turns the right answers wrong."""
+        frames = self.frames(dataset)
+        by_id = {f.id: f for f in frames}
+        picked = [by_id[i] for i in frame_ids if i in by_id]
+        if not picked:
+            return self.set_role(dataset, frame_ids, "train")  # the 404 naming the unknown ids
+        wanted = {f.id for f in picked}
+        per_class = {c: sum(1 for f in picked if f.cls == c) for c in self.classes(dataset)}
+        most = max(per_class.values())
+        when = float(np.median([f.t for f in picked]))
+        for cls, have in per_class.items():
+            spare = sorted((f for f in frames if f.cls == cls and f.role == "check" and f.id not in wanted),
+                           key=lambda f: abs(f.t - when))
+            wanted.update(f.id for f in spare[: most - have])
+        return self.set_role(dataset, sorted(wanted | set(frame_ids)), "train")
+
     def relabel(self, dataset: str, frame_ids: list[str], cls: str) -> list[Frame]:
         """Move frames to class ``cls`` (the same dataset)."""
         self.class_dir(dataset, cls)
