@@ -4,8 +4,13 @@ asked for, and a taught policy's floor keeps it off exit 1 when the check says e
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
+import cv2
 import numpy as np
 import pytest
 
@@ -15,6 +20,11 @@ from edge_app.teach.store import DatasetError, DatasetStore
 from models.chain import ChainSolution
 from models.policies import DynamicIndex, run_on_trace
 from models.preprocess import crop_region, region_box
+
+
+async def _json(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    async with http.request(method, url, json=body) as r:
+        return r.status, await r.json()
 
 
 def _store(tmp_path: Path) -> DatasetStore:
@@ -117,3 +127,99 @@ def test_a_floor_keeps_a_perfect_calibration_from_stopping_at_exit_1() -> None:
     assert ran == 2 and choice == 1, "with the floor at 2 it runs exit 2 and answers from it"
     assert run_on_trace(_index(3), probs, 3) == (3, 2)
     assert run_on_trace(_index(3), probs, 1) == (1, 0), "a deadline that allows one exit still gets an answer"
+
+
+async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
+        app_config: Callable[..., Any], serve: Any, camera_frames: Path, tmp_path: Path) -> None:
+    """A real RTSP camera with a region: the API reads and moves it, captures keep the region's square (not the
+    centre square), and a training job trains on exactly those crops."""
+    from edge_app.bench.rtsp_camera import RtspServer, free_port
+    from edge_app.bench.scene import render
+    from edge_app.teach.jobs import missing_train_extra
+
+    server = RtspServer(camera_frames, free_port(), fps=15, size="640x480")
+    server.start()
+    region = (0.55, 0.5, 0.4, 0.45)
+    cfg = app_config(cameras=[{"name": "door", "url": server.url, "region": list(region)}],
+                     training={"data_dir": str(tmp_path / "data"), "models_dir": str(tmp_path / "models"),
+                               "epochs": 2})
+    try:
+        async with serve(cfg) as base, aiohttp.ClientSession() as http:
+            status, body = await _json(http, "GET", f"{base}/api/cameras/door/region")
+            assert status == 200 and body["region"] == list(region) and body["config"].startswith("region = ")
+            status, body = await _json(http, "PUT", f"{base}/api/cameras/door/region", {"region": [0.9, 0, 0.5, 1]})
+            assert status == 400 and "crosses the frame's edge" in body["error"], body
+            assert (await _json(http, "PUT", f"{base}/api/cameras/nope/region", {"region": None}))[0] == 404
+            moved = (0.5, 0.45, 0.45, 0.5)
+            status, body = await _json(http, "PUT", f"{base}/api/cameras/door/region", {"region": list(moved)})
+            assert status == 200 and body["region"] == list(moved)
+            for _ in range(300):  # the camera streams
+                _, st = await _json(http, "GET", f"{base}/status")
+                if st["cameras"][0]["frames_analysed"] > 15:
+                    break
+                await asyncio.sleep(0.1)
+            assert st["cameras"][0]["region"] == list(moved)
+            for cls in ("empty", "cat"):
+                await _json(http, "POST", f"{base}/api/datasets", {"name": "gate"})
+                await _json(http, "POST", f"{base}/api/datasets/gate/classes", {"name": cls})
+            status, rec = await _json(http, "POST", f"{base}/api/datasets/gate/classes/cat/capture",
+                                      {"source": "camera:door", "seconds": 2, "fps": 10, "wait": True})
+            assert status == 200 and rec["saved"] >= 15, rec  # 10 fps from a 15 fps camera: not every other frame
+            side = region_box(480, 640, moved)[2]
+            store = DatasetStore(tmp_path / "data", 2.0)
+            captured = [f for f in store.frames("gate") if f.id in rec["frames"]]
+            assert captured and all((f.width, f.height) == (side, side) and f.region == moved for f in captured)
+            assert all(f.recording == rec["recording"] for f in captured)
+            if missing_train_extra():
+                pytest.skip(f"the train extra is not installed ({missing_train_extra()})")
+
+            def filler() -> None:  # the rest of 14 s of each class, cut as the camera's region cuts
+                rng = np.random.default_rng(0)
+                for k, cls in enumerate(("empty", "cat")):
+                    for i in range(140):
+                        store.add_frame("gate", cls, np.ascontiguousarray(crop_region(render(cls, rng), moved)),
+                                        "camera:door", 1000.0 + 100 * k + 0.1 * i, region=moved)
+
+            await asyncio.to_thread(filler)
+            status, job = await _json(http, "POST", f"{base}/api/training", {"dataset": "gate", "input_size": 100})
+            assert status == 400 and "input_size" in job["error"]
+            status, job = await _json(http, "POST", f"{base}/api/training", {"dataset": "gate"})
+            assert status == 202, job
+            for _ in range(600):
+                _, job = await _json(http, "GET", f"{base}/api/training/{job['id']}")
+                if job["state"] != "running":
+                    break
+                await asyncio.sleep(0.5)
+            assert job["state"] == "succeeded", job
+            trained = {p.stem: p for p in (tmp_path / "models" / ".data" / job["model"] / "train").rglob("*.jpg")}
+            used = [f for f in captured if f.id in trained]
+            assert used, "the captured frames are in the training folder"
+            for f in used:
+                img = cv2.imread(str(trained[f.id]))
+                assert img.shape[:2] == (side, side), "training reads the region's square as it was captured"
+            assert job["result"]["check"] is None and job["result"]["operating_points"]["on"].startswith("calib")
+
+            # before deploy, a shadow run: the candidate answers the live camera next to the model in use
+            status, run = await _json(http, "POST", f"{base}/api/models/{job['model']}/shadow",
+                                      {"source": "camera:door", "seconds": 3})
+            assert status == 202, run
+            status, body = await _json(http, "POST", f"{base}/api/models/{job['model']}/shadow",
+                                       {"source": "camera:door", "seconds": 3})
+            assert status == 409, body
+            while run["state"] == "running":
+                await asyncio.sleep(0.5)
+                _, run = await _json(http, "GET", f"{base}/api/shadow/{run['id']}")
+            assert run["state"] == "done" and run["compared"] >= 5, run
+            # the shipped model answers digits, the candidate "cat" or "empty": every frame disagrees
+            assert run["agreed"] == 0 and len(run["disagreements"]) == min(run["compared"], 48)
+            assert {p["candidate"] for p in run["pairs"]} <= {"cat", "empty"}
+            async with http.get(f"{base}/api/shadow/{run['id']}/frames/0.jpg") as r:
+                img = cv2.imdecode(np.frombuffer(await r.read(), np.uint8), cv2.IMREAD_COLOR)
+            assert r.status == 200 and img.shape[:2] == (side, side), "the frame as the model saw it"
+            status, body = await _json(http, "POST", f"{base}/api/shadow/{run['id']}/frames/0/keep",
+                                       {"dataset": "gate", "class": "empty"})
+            assert status == 201 and store.split(store.frames("gate"))[body["added"]] == "train", body
+            _, st = await _json(http, "GET", f"{base}/status")
+            assert st["model_in_use"] == "default", "a shadow run deploys nothing"
+    finally:
+        server.stop()

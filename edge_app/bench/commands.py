@@ -1,6 +1,6 @@
 """The benchmarks' and offline tools' subcommands: ``edge-app bench-model``, ``bench-policy``, ``bench-pipeline``,
 ``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``bench-batching``, ``bench-overload``,
-``bench-viewers``, ``evaluate``, ``codec-traces``.
+``bench-viewers``, ``bench-teach``, ``evaluate``, ``codec-traces``.
 
 ``edge_app.cli`` adds them to its parser for every command but ``serve``; each imports its module only when it runs.
 """
@@ -221,6 +221,16 @@ def cmd_bench_viewers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_teach(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench.teach_live import bench
+
+    print(asyncio.run(bench(model_dir(args).resolve(), args.rounds, args.out.resolve(),
+                            not args.no_region, epochs=args.epochs)))
+    return 0
+
+
 def add_tool_commands(sub: Any) -> None:
     """The benchmarks and offline tools' subcommands (``edge-app bench-*``, ``evaluate``, ``codec-traces``)."""
     bb = sub.add_parser("bench-batching", help="the inference service frame by frame vs batched across streams")
@@ -251,6 +261,15 @@ def add_tool_commands(sub: Any) -> None:
     bu.add_argument("--model", type=Path, help="model folder (default: [model] path of the config)")
     bu.add_argument("--data", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz")
     bu.set_defaults(func=cmd_bench_uplink_size)
+    bt = sub.add_parser("bench-teach", help="teach a hard scene through the API of a served app, as a user would: "
+                                             "the accuracy shown before deploy against the live accuracy after it")
+    bt.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bt.add_argument("--model", type=Path, help="the model to start from (default: [model] path of the config)")
+    bt.add_argument("--rounds", type=int, default=3, help="independent trainings, each from the model")
+    bt.add_argument("--epochs", type=int, default=12)
+    bt.add_argument("--no-region", action="store_true", help="leave the camera without a region (the centre square)")
+    bt.add_argument("--out", type=Path, default=Path("artifacts/bench-teach"))
+    bt.set_defaults(func=cmd_bench_teach)
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")
     model_args(b)
     b.add_argument("--frames", type=int, default=300)

@@ -33,9 +33,10 @@ REPO = Path(__file__).resolve().parents[2]
 class Viewer:
     """An aiortc peer watching a camera: video back (frames decoded and counted) and the results. ``picture``:
     "annotated" (the analysis drawn in) or "camera" (its own picture, forwarded where it can be; the server says
-    which in a ``video`` message, kept in ``pictures``)."""
+    which in a ``video`` message, kept in ``pictures``). ``keep_results``: every result message is kept in
+    ``messages`` with its arrival time (``received_s``, monotonic)."""
 
-    def __init__(self, picture: str = "annotated") -> None:
+    def __init__(self, picture: str = "annotated", keep_results: bool = False) -> None:
         self.pc = RTCPeerConnection()
         self.pc.addTransceiver("video", direction="recvonly")
         self.picture = picture
@@ -43,6 +44,7 @@ class Viewer:
         self.frames = 0
         self.sizes: set[tuple[int, int]] = set()
         self.results = 0
+        self.messages: list[dict[str, Any]] = []
         self._tasks: set[asyncio.Future[None]] = set()
         channel = self.pc.createDataChannel("results", ordered=False, maxRetransmits=0)
 
@@ -52,6 +54,8 @@ class Viewer:
             if msg["type"] == "ping":
                 channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
             self.results += msg["type"] == "result"
+            if keep_results and msg["type"] == "result":
+                self.messages.append({**msg, "received_s": time.monotonic()})
             if msg["type"] == "video":
                 self.pictures.append(msg["picture"])
 

@@ -220,6 +220,52 @@ export function initTeach(api, edge) {
     el.append(op);
   }
 
+  // A shadow run: the candidate answers the live source next to the model in use; disagreements shown as frames,
+  // each one click away from a class of the dataset (as a training frame).
+  async function shadowRun(name) {
+    const src = source();
+    if (!src) { show("connect to the source first", true); return; }
+    try {
+      let run = t.shadow = await call(`/api/models/${encodeURIComponent(name)}/shadow`, "POST", { source: src, seconds: 20 });
+      while (run.state === "running") {
+        show(`shadow run of ${name}: ${run.compared} frames compared, ${run.agreed} agreed (${run.elapsed_s.toFixed(0)} of ${run.seconds} s)`);
+        await new Promise((r) => setTimeout(r, 1000));
+        run = t.shadow = await call(`/api/shadow/${run.id}`);
+      }
+      drawShadow(run);
+    } catch (err) { show(String(err.message || err), true); }
+  }
+
+  function drawShadow(run) {
+    const el = $("teach-report");
+    el.replaceChildren();
+    const h = document.createElement("h3");
+    h.textContent = `shadow run of ${run.model} on ${run.source}: ${run.compared} frames, agreement ${pct(run.agreement)}`;
+    const pairs = document.createElement("p");
+    pairs.textContent = run.pairs.map((p) => `in use ${p.in_use} / candidate ${p.candidate}: ${p.frames}`).join(" · ") || "no frame compared (is the source streaming?)";
+    el.append(h, pairs);
+    if (run.state === "failed") { show(`shadow run failed: ${run.error}`, true); return; }
+    if (!run.disagreements.length) { show(`shadow run of ${run.model}: no disagreement in ${run.compared} frames`); return; }
+    const pick = document.createElement("select");
+    for (const c of t.dataset.classes) pick.append(new Option(c.name, c.name));
+    const note = document.createElement("p");
+    note.append("Where they disagree (the candidate's answer first); click a frame to add it to training as ", pick, ":");
+    const thumbs = document.createElement("div");
+    thumbs.className = "thumbs wrong";
+    for (const d of run.disagreements) {
+      const img = document.createElement("img");
+      img.src = `/api/shadow/${run.id}/frames/${d.k}.jpg`;
+      img.title = `candidate ${d.candidate} (exit ${d.exit}), in use ${d.in_use}; click: add to training as the class chosen`;
+      img.onclick = async () => {
+        try { await call(`/api/shadow/${run.id}/frames/${d.k}/keep`, "POST", { dataset: ds(), class: pick.value }); img.className = "picked"; show(`added to ${pick.value}`); }
+        catch (err) { show(String(err.message || err), true); }
+      };
+      thumbs.append(img);
+    }
+    el.append(note, thumbs);
+    show(`shadow run of ${run.model}: ${run.compared - run.agreed} of ${run.compared} frames answered otherwise than the model in use`);
+  }
+
   async function addToTraining(ids) {
     try {
       const out = await call(`/api/datasets/${encodeURIComponent(ds())}/relabel`, "POST", { frames: ids, role: "train", balance: true });
@@ -242,6 +288,10 @@ export function initTeach(api, edge) {
         li.append(" ", b);
       }
       if (!m.in_use && !m.error) {
+        const sh = button("shadow 20 s", () => shadowRun(m.name));
+        sh.className = "teach-shadow"; sh.dataset.model = m.name;
+        sh.title = "answer the live source with this model next to the one in use for 20 s, and show where they disagree";
+        li.append(" ", sh);
         const b = button("deploy", () => deploy(m.name));
         b.className = "teach-deploy"; b.dataset.model = m.name;
         li.append(" ", b);

@@ -18,6 +18,10 @@ behind the token when one is set; bad input gets a 4xx with a reason.
     GET    /api/models                                      versions, in use, per-exit held-out accuracy and cost
     POST   /api/models/{name}/deploy                        swap it in (422 when it fails validation)
     POST   /api/models/rollback                             back to the model before
+    POST   /api/models/{name}/shadow                        {"source", "seconds"}: answer the live source next to
+                                                             the model in use (GET /api/shadow/{id}: where they
+                                                             disagree; .../frames/{k}.jpg; POST .../frames/{k}/keep
+                                                             {"dataset", "class"}: add it to training)
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from edge_app.pipeline import AnalysisPipeline
 from edge_app.teach.capture import Recorder
 from edge_app.teach.jobs import Trainer
 from edge_app.teach.registry import ModelRegistry
+from edge_app.teach.shadow import Shadows
 from edge_app.teach.store import DatasetError, DatasetStore
 from models.errors import ModelError
 
@@ -52,6 +57,7 @@ class Teach:
         self.registry = ModelRegistry(config.resolve(t.models_dir), config.model_path)
         self.recorder = Recorder(self.store, self.pipeline_for, t.max_record_s)
         self.trainer = Trainer(self.store, t, config.resolve(t.models_dir))
+        self.shadows = Shadows()
         self._swap = asyncio.Lock()
 
     def pipeline_for(self, source: str) -> AnalysisPipeline:
@@ -264,6 +270,40 @@ async def rollback(request: web.Request, t: Teach) -> web.Response:
     return web.json_response(await t.rollback())
 
 
+async def shadow_start(request: web.Request, t: Teach) -> web.Response:
+    name, body = request.match_info["name"], await _body(request)
+    source = body.get("source")
+    if not isinstance(source, str):
+        raise DatasetError("'source' is required: camera:NAME or session:ID (GET /api/sources)")
+    folder = t.registry.validate(name)
+    run = await t.shadows.start(name, folder, source, t.pipeline_for(source), _number(body, "seconds", 20.0))
+    return web.json_response(run.status(), status=202)
+
+
+def _shadow_id(request: web.Request) -> int:
+    try:
+        return int(request.match_info["id"])
+    except ValueError as exc:
+        raise DatasetError("a shadow run id is a number", 404) from exc
+
+
+async def shadow(request: web.Request, t: Teach) -> web.Response:
+    return web.json_response(t.shadows.get(_shadow_id(request)).status())
+
+
+async def shadow_frame(request: web.Request, t: Teach) -> web.Response:
+    k = request.match_info["k"].removesuffix(".jpg")
+    kept = t.shadows.frame(_shadow_id(request), int(k) if k.isdigit() else -1)
+    if request.method == "GET":
+        return web.Response(body=kept["jpeg"], content_type="image/jpeg")
+    body = await _body(request)
+    ds, cls = body.get("dataset"), body.get("class")
+    if not isinstance(ds, str) or not isinstance(cls, str):
+        raise DatasetError("'dataset' and 'class' are required: where the frame goes")
+    frame = t.store.add_frame(ds, cls, kept["view"], f"shadow:{kept['seq']}", role=str(body.get("role", "train")))
+    return web.json_response({"added": frame.id, **t.store.summary(ds)}, status=201)
+
+
 def add_routes(app: web.Application, hub: Hub, config: AppConfig) -> Teach:
     teach = app[TEACH_KEY] = Teach(config, hub)
     r = app.router
@@ -285,10 +325,15 @@ def add_routes(app: web.Application, hub: Hub, config: AppConfig) -> Teach:
     r.add_get("/api/models", _handler(models))
     r.add_post("/api/models/rollback", _handler(rollback))
     r.add_post("/api/models/{name}/deploy", _handler(deploy))
+    r.add_post("/api/models/{name}/shadow", _handler(shadow_start))
+    r.add_get("/api/shadow/{id}", _handler(shadow))
+    r.add_get("/api/shadow/{id}/frames/{k}", _handler(shadow_frame))
+    r.add_post("/api/shadow/{id}/frames/{k}/keep", _handler(shadow_frame))
 
     async def stop(app: web.Application) -> None:
         await teach.recorder.stop()
         await teach.trainer.stop()
+        await teach.shadows.stop()
 
     app.on_shutdown.append(stop)
     return teach
