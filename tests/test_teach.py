@@ -64,8 +64,8 @@ async def _status(base: str) -> dict[str, Any]:
         return dict(await r.json())
 
 
-async def _record(page: Any, cls: str) -> dict[str, Any]:
-    await page.click(f"button.teach-record[data-cls='{cls}']")
+async def _record(page: Any, cls: str, kind: str = "record") -> dict[str, Any]:
+    await page.click(f"button.teach-{kind}[data-cls='{cls}']")
     await page.wait_for_function(f"() => edge.teach.recording && edge.teach.recording.class === '{cls}' && "
                                  "edge.teach.recording.state !== 'recording'", timeout=60_000)
     return dict(await page.evaluate("() => edge.teach.recording"))
@@ -122,6 +122,14 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
                 async with camera.drifting():
                     await asyncio.sleep(2.0)
                     recorded[cls] = (await _record(page, cls))["saved"]
+            warning = await page.text_content("#teach-check-warning")
+            await page.fill("#teach-seconds", "6")
+            checked = {}
+            for cls in ("empty", "cat"):  # a check recording of each state, apart, in other light
+                await asyncio.to_thread(camera.show, cls, "test")
+                async with camera.drifting():
+                    await asyncio.sleep(2.0)
+                    checked[cls] = (await _record(page, cls, "check"))["saved"]
             capture_s = time.monotonic() - t0
 
             t1 = time.monotonic()
@@ -132,6 +140,7 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
             train_s = time.monotonic() - t1
             assert job["state"] == "succeeded", job
             result = job["result"]
+            report = await page.text_content("#teach-report")
             await page.click(f"button.teach-deploy[data-model='{result['model'].split('/')[-1]}']")
             await page.wait_for_function("() => edge.models >= 1", timeout=60_000)
             taught = (await _status(base))["model"]
@@ -150,9 +159,13 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
           f"(process {result['seconds']} s; frames per split {result['frames']}); held-out test accuracy per exit "
           f"{result['test_accuracy']}, cost ms {result['costs_ms']}; policy {result['policy'].get('loss_kind')} "
           f"lam {result['policy'].get('lam')}; live raw accuracy on new frames {right}/{total} = "
-          f"{right / max(total, 1):.3f}; model after deploy {taught['name']} {taught['classes']}, "
+          f"{right / max(total, 1):.3f} (shown before deploy on the check: {result['check']['accuracy']} as served, per "
+          f"exit {result['check']['per_exit_accuracy']}, floor exit {result['policy']['min_exit']}); model after deploy {taught['name']} {taught['classes']}, "
           f"after roll back {after['model']['name']}")
     assert min(recorded.values()) >= 100, recorded
+    assert "No check recording" in (warning or ""), "before a check, the page says the figure may be optimistic"
+    assert min(checked.values()) >= 40 and result["frames"]["check"] == sum(checked.values()), (checked, result)
+    assert "check recording" in (report or "") and "Policy" in (report or ""), report
     assert taught["classes"] == ["cat", "empty"] and taught["name"] == result["model"].split("/")[-1], taught
     assert [e["test_accuracy"] for e in taught["exits"]] == result["test_accuracy"], "/status has the held-out figures"
     assert "exit 1" in (shown or "") and "(in use)" in (shown or ""), shown
