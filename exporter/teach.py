@@ -48,6 +48,7 @@ from exporter.pipeline import save_checkpoint
 from exporter.recover import read_model_folder, recover_checkpoint
 from exporter.train import TrainConfig, evaluate, train
 from exporter.vgg import ThreeExitVGG
+from exporter.widen import widen_model
 from models.fit import LAM_GRID, FittedChain, build_policy, fit_chain, fit_policy, load_policy, replay_index
 from models.folder import load_traces
 from models.manifest import TraceSpec, read_manifest, sha256_file, write_manifest
@@ -228,7 +229,7 @@ def write_check_traces(out: Path, check: SceneFrames, names: list[str]) -> tuple
 
 def teach(data: Path, base: Path, out: Path, epochs: int = 12, lr: float = 2e-3, batch_size: int = 32,
           threads: int = 0, progress: Progress = lambda e: None, input_size: int | None = None,
-          patience: int = 4) -> dict[str, Any]:
+          patience: int = 4, width: float | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     manifest, spec = read_model_folder(base)
     size = input_size or read_manifest(base).input.width
@@ -255,13 +256,15 @@ def teach(data: Path, base: Path, out: Path, epochs: int = 12, lr: float = 2e-3,
     work.mkdir(parents=True, exist_ok=True)
     base_model, err = recover_checkpoint(base, SceneFrames(splits["train"].images, splits["train"].labels),
                                          work / "base.pt", (manifest, spec))
-    arch = dataclasses.replace(spec, num_classes=len(names), input_size=size)
+    if width is not None and width != base_model.spec.width:  # a wider base, computing what the base computed
+        base_model = widen_model(base_model, width)
+    arch = dataclasses.replace(spec, num_classes=len(names), input_size=size, width=base_model.spec.width)
     model = ThreeExitVGG(arch)
     own = model.state_dict()
     kept = {k: v for k, v in base_model.state_dict().items() if k in own and own[k].shape == v.shape}
     model.load_state_dict(kept, strict=False)
     progress({"event": "start", "base": str(base), "kept_tensors": len(kept), "new_tensors": len(own) - len(kept),
-              "epochs": epochs, "input_size": size, "recovery_error": err,
+              "epochs": epochs, "input_size": size, "width": arch.width, "recovery_error": err,
               "early_stopping_on": "calibration (jittered)"})
     cfg = TrainConfig(epochs=epochs, batch_size=min(batch_size, len(train_ds)), lr=lr, threads=threads,
                       max_shift=max(2, size // 16))
@@ -308,7 +311,7 @@ def teach(data: Path, base: Path, out: Path, epochs: int = 12, lr: float = 2e-3,
     manifest_file.write_text(json.dumps(manifest_json, indent=2))
     progress({"event": "policy"})
     report = fit_and_report(out, names, exported.costs_ms, check, check_ds)
-    done = {"event": "done", "model": str(out), "classes": names, "input_size": size,
+    done = {"event": "done", "model": str(out), "classes": names, "input_size": size, "width": arch.width,
             "test_accuracy": [round(e.test_accuracy, 4) for e in exported.exits],
             "costs_ms": [round(c, 3) for c in exported.costs_ms], "policy": report["policy"],
             "check": report["check"], "operating_points": report["operating_points"],
@@ -358,6 +361,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--input-size", type=int, default=None, help="the model's input side in pixels (a multiple of "
                     "32; default: the base's); larger sees small objects better and costs more per exit")
+    ap.add_argument("--width", type=float, default=None, help="a wider base than the one given (Net2WiderNet: it "
+                    "starts computing what the base computes), e.g. 0.5 for a 0.25-wide base; costs more per exit")
     ap.add_argument("--json", action="store_true", help="one JSON line per step on stdout")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -367,7 +372,7 @@ def main(argv: list[str]) -> int:
 
     try:
         teach(args.data, args.base, args.out, args.epochs, args.lr, args.batch_size, args.threads, emit,
-              args.input_size)
+              args.input_size, width=args.width)
     except (TeachError, ExporterError, OSError, ValueError) as exc:
         emit({"event": "error", "error": str(exc)})
         return 2

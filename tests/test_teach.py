@@ -12,10 +12,9 @@ rolling back restores the shipped model.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,38 +24,12 @@ from conftest import skip_or_fail
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
 from edge_app.bench.scene import write_clip
+from edge_app.bench.teach_live import SceneCamera
 from edge_app.teach.jobs import missing_train_extra
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "test-teach"
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-
-class SceneCamera:
-    """What the RTSP camera shows: ``state`` in ``phase``, a new clip every ``every_s`` (light and places drift)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.state, self.phase, self.seed = folder, "empty", "train", 0
-
-    def show(self, state: str, phase: str | None = None) -> None:
-        self.state, self.phase = state, phase or self.phase
-        self.seed += 1
-        write_clip(self.folder, self.state, self.seed * 7919 + (10**6 if self.phase == "test" else 0), 30,
-                   self.phase)
-
-    @contextlib.asynccontextmanager
-    async def drifting(self, every_s: float = 2.0) -> AsyncIterator[None]:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(every_s)
-                await asyncio.to_thread(self.show, self.state)
-        task = asyncio.create_task(loop())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def _status(base: str) -> dict[str, Any]:
@@ -94,7 +67,7 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
         skip_or_fail("needs GStreamer's RTSP server for the system Python and chromium (.ci/run installs them)")
     if missing_train_extra():
         skip_or_fail(f"needs the train extra ({missing_train_extra()}); .ci/run installs it")
-    camera = SceneCamera(tmp_path / "scene")
+    camera = SceneCamera(tmp_path / "scene", write=write_clip)
     camera.show("empty")
     server = RtspServer(camera.folder / "%05d.jpg", free_port(), fps=15)
     server.start()
@@ -159,8 +132,9 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
           f"(process {result['seconds']} s; frames per split {result['frames']}); held-out test accuracy per exit "
           f"{result['test_accuracy']}, cost ms {result['costs_ms']}; policy {result['policy'].get('loss_kind')} "
           f"lam {result['policy'].get('lam')}; live raw accuracy on new frames {right}/{total} = "
-          f"{right / max(total, 1):.3f} (shown before deploy on the check: {result['check']['accuracy']} as served, per "
-          f"exit {result['check']['per_exit_accuracy']}, floor exit {result['policy']['min_exit']}); model after deploy {taught['name']} {taught['classes']}, "
+          f"{right / max(total, 1):.3f} (shown before deploy on the check: {result['check']['accuracy']} as "
+          f"served, per exit {result['check']['per_exit_accuracy']}, floor exit {result['policy']['min_exit']}); "
+          f"model after deploy {taught['name']} {taught['classes']}, "
           f"after roll back {after['model']['name']}")
     assert min(recorded.values()) >= 100, recorded
     assert "No check recording" in (warning or ""), "before a check, the page says the figure may be optimistic"

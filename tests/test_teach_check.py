@@ -13,6 +13,7 @@ import aiohttp
 import cv2
 import numpy as np
 import pytest
+from support.teach import call_json, train_job
 
 from edge_app.config import check_region
 from edge_app.teach.capture import Pace
@@ -20,11 +21,6 @@ from edge_app.teach.store import DatasetError, DatasetStore
 from models.chain import ChainSolution
 from models.policies import DynamicIndex, run_on_trace
 from models.preprocess import crop_region, region_box
-
-
-async def _json(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    async with http.request(method, url, json=body) as r:
-        return r.status, await r.json()
 
 
 def _store(tmp_path: Path) -> DatasetStore:
@@ -145,24 +141,24 @@ async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
                                "epochs": 2})
     try:
         async with serve(cfg) as base, aiohttp.ClientSession() as http:
-            status, body = await _json(http, "GET", f"{base}/api/cameras/door/region")
+            status, body = await call_json(http, "GET", f"{base}/api/cameras/door/region")
             assert status == 200 and body["region"] == list(region) and body["config"].startswith("region = ")
-            status, body = await _json(http, "PUT", f"{base}/api/cameras/door/region", {"region": [0.9, 0, 0.5, 1]})
+            status, body = await call_json(http, "PUT", f"{base}/api/cameras/door/region", {"region": [0.9, 0, 0.5, 1]})
             assert status == 400 and "crosses the frame's edge" in body["error"], body
-            assert (await _json(http, "PUT", f"{base}/api/cameras/nope/region", {"region": None}))[0] == 404
+            assert (await call_json(http, "PUT", f"{base}/api/cameras/nope/region", {"region": None}))[0] == 404
             moved = (0.5, 0.45, 0.45, 0.5)
-            status, body = await _json(http, "PUT", f"{base}/api/cameras/door/region", {"region": list(moved)})
+            status, body = await call_json(http, "PUT", f"{base}/api/cameras/door/region", {"region": list(moved)})
             assert status == 200 and body["region"] == list(moved)
             for _ in range(300):  # the camera streams
-                _, st = await _json(http, "GET", f"{base}/status")
+                _, st = await call_json(http, "GET", f"{base}/status")
                 if st["cameras"][0]["frames_analysed"] > 15:
                     break
                 await asyncio.sleep(0.1)
             assert st["cameras"][0]["region"] == list(moved)
             for cls in ("empty", "cat"):
-                await _json(http, "POST", f"{base}/api/datasets", {"name": "gate"})
-                await _json(http, "POST", f"{base}/api/datasets/gate/classes", {"name": cls})
-            status, rec = await _json(http, "POST", f"{base}/api/datasets/gate/classes/cat/capture",
+                await call_json(http, "POST", f"{base}/api/datasets", {"name": "gate"})
+                await call_json(http, "POST", f"{base}/api/datasets/gate/classes", {"name": cls})
+            status, rec = await call_json(http, "POST", f"{base}/api/datasets/gate/classes/cat/capture",
                                       {"source": "camera:door", "seconds": 2, "fps": 10, "wait": True})
             assert status == 200 and rec["saved"] >= 15, rec  # 10 fps from a 15 fps camera: not every other frame
             side = region_box(480, 640, moved)[2]
@@ -181,15 +177,9 @@ async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
                                         "camera:door", 1000.0 + 100 * k + 0.1 * i, region=moved)
 
             await asyncio.to_thread(filler)
-            status, job = await _json(http, "POST", f"{base}/api/training", {"dataset": "gate", "input_size": 100})
+            status, job = await call_json(http, "POST", f"{base}/api/training", {"dataset": "gate", "input_size": 100})
             assert status == 400 and "input_size" in job["error"]
-            status, job = await _json(http, "POST", f"{base}/api/training", {"dataset": "gate"})
-            assert status == 202, job
-            for _ in range(600):
-                _, job = await _json(http, "GET", f"{base}/api/training/{job['id']}")
-                if job["state"] != "running":
-                    break
-                await asyncio.sleep(0.5)
+            job = await train_job(http, base, {"dataset": "gate"})
             assert job["state"] == "succeeded", job
             trained = {p.stem: p for p in (tmp_path / "models" / ".data" / job["model"] / "train").rglob("*.jpg")}
             used = [f for f in captured if f.id in trained]
@@ -200,15 +190,15 @@ async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
             assert job["result"]["check"] is None and job["result"]["operating_points"]["on"].startswith("calib")
 
             # before deploy, a shadow run: the candidate answers the live camera next to the model in use
-            status, run = await _json(http, "POST", f"{base}/api/models/{job['model']}/shadow",
+            status, run = await call_json(http, "POST", f"{base}/api/models/{job['model']}/shadow",
                                       {"source": "camera:door", "seconds": 3})
             assert status == 202, run
-            status, body = await _json(http, "POST", f"{base}/api/models/{job['model']}/shadow",
+            status, body = await call_json(http, "POST", f"{base}/api/models/{job['model']}/shadow",
                                        {"source": "camera:door", "seconds": 3})
             assert status == 409, body
             while run["state"] == "running":
                 await asyncio.sleep(0.5)
-                _, run = await _json(http, "GET", f"{base}/api/shadow/{run['id']}")
+                _, run = await call_json(http, "GET", f"{base}/api/shadow/{run['id']}")
             assert run["state"] == "done" and run["compared"] >= 5, run
             # the shipped model answers digits, the candidate "cat" or "empty": every frame disagrees
             assert run["agreed"] == 0 and len(run["disagreements"]) == min(run["compared"], 48)
@@ -216,10 +206,10 @@ async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
             async with http.get(f"{base}/api/shadow/{run['id']}/frames/0.jpg") as r:
                 img = cv2.imdecode(np.frombuffer(await r.read(), np.uint8), cv2.IMREAD_COLOR)
             assert r.status == 200 and img.shape[:2] == (side, side), "the frame as the model saw it"
-            status, body = await _json(http, "POST", f"{base}/api/shadow/{run['id']}/frames/0/keep",
+            status, body = await call_json(http, "POST", f"{base}/api/shadow/{run['id']}/frames/0/keep",
                                        {"dataset": "gate", "class": "empty"})
             assert status == 201 and store.split(store.frames("gate"))[body["added"]] == "train", body
-            _, st = await _json(http, "GET", f"{base}/status")
+            _, st = await call_json(http, "GET", f"{base}/status")
             assert st["model_in_use"] == "default", "a shadow run deploys nothing"
     finally:
         server.stop()

@@ -20,6 +20,7 @@ import aiohttp
 import cv2
 import numpy as np
 import pytest
+from support.teach import call_json, train_job
 
 from edge_app.bench.scene import render
 from edge_app.teach.jobs import missing_train_extra
@@ -61,21 +62,10 @@ def fill(store: DatasetStore) -> dict[str, set[str]]:
     return check
 
 
-async def _json(http: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-    async with http.request(method, url, json=body) as r:
-        return r.status, await r.json()
-
-
 async def _train(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
-    status, job = await _json(http, "POST", f"{base}/api/training", {"dataset": "door"})
-    assert status == 202, job
-    for _ in range(1200):
-        _, job = await _json(http, "GET", f"{base}/api/training/{job['id']}")
-        if job["state"] != "running":
-            break
-        await asyncio.sleep(0.5)
+    job = await train_job(http, base, {"dataset": "door"}, timeout_s=600)
     assert job["state"] == "succeeded", job
-    return dict(job)
+    return job
 
 
 def _accuracy_on(report: dict[str, Any], ids: set[str]) -> float:
@@ -98,12 +88,12 @@ async def test_adding_the_checks_wrong_frames_and_retraining_fixes_what_the_chec
         assert report["frames"]["check"] == 180 and report["frames"]["train"] == 200, "the check is not trained on"
         per_exit = report["check"]["per_exit_accuracy"]
         before = _accuracy_on(report, check["b"])
-        _, models = await _json(http, "GET", f"{base}/api/models")
+        _, models = await call_json(http, "GET", f"{base}/api/models")
         shown = next(m for m in models["models"] if m["name"] == first["model"])
         assert shown["report"]["check"]["accuracy"] == report["check"]["accuracy"], "the page reads the same"
 
         wrong_a = [w["id"] for w in report["check"]["wrong"] if w["id"] in check["a"]]
-        status, moved = await _json(http, "POST", f"{base}/api/datasets/door/relabel",
+        status, moved = await call_json(http, "POST", f"{base}/api/datasets/door/relabel",
                                     {"frames": wrong_a, "role": "train", "balance": True})
         assert status == 200 and set(wrong_a) <= set(moved["frames"]), moved
         assert not set(moved["frames"]) & check["b"], "the nearest frames in time come from recording a"

@@ -227,7 +227,7 @@ def cmd_bench_teach(args: argparse.Namespace) -> int:
     from edge_app.bench.teach_live import bench
 
     print(asyncio.run(bench(model_dir(args).resolve(), args.rounds, args.out.resolve(),
-                            not args.no_region, epochs=args.epochs)))
+                            not args.no_region, epochs=args.epochs, nights=args.nights)))
     return 0
 
 
@@ -268,6 +268,8 @@ def add_tool_commands(sub: Any) -> None:
     bt.add_argument("--rounds", type=int, default=3, help="independent trainings, each from the model")
     bt.add_argument("--epochs", type=int, default=12)
     bt.add_argument("--no-region", action="store_true", help="leave the camera without a region (the centre square)")
+    bt.add_argument("--nights", action="store_true", help="check and live clips alternate with the camera's night "
+                    "mode (grayscale, dim, noisy), which the training recordings never show")
     bt.add_argument("--out", type=Path, default=Path("artifacts/bench-teach"))
     bt.set_defaults(func=cmd_bench_teach)
     b = sub.add_parser("bench-model", help="per-segment latency and pre-processing time")

@@ -8,7 +8,9 @@ from the other side.
 
 Phases: ``train`` (what the user records for each state), ``check`` (a check recording, captured apart: light
 from the other phase's range, as a user would record "lights off" and "evening"), ``live`` (after deploy: new
-light, positions a little wider). The photos and objects are other than the tests' (``scene.py``).
+light, positions a little wider). With ``night``, a frame goes through the camera's infrared night mode (grayscale,
+dim, noisy), which the training recordings never show. The photos and objects are other than the tests'
+(``scene.py``).
 """
 
 from __future__ import annotations
@@ -56,8 +58,18 @@ def _light(phase: str, rng: np.random.Generator) -> tuple[float, np.ndarray, flo
     return gain, rng.uniform(0.84, 1.16, 3), rng.uniform(5, 13), rng.uniform(0.2, 0.6), rng.uniform(1.6, 4.6)
 
 
-def render(state: str, rng: np.random.Generator, phase: str = "train") -> np.ndarray:
-    """One (480, 640, 3) uint8 RGB frame of the scene in ``state`` (one of ``STATES``) in ``phase``."""
+def night_mode(rgb: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The camera's infrared night mode: grayscale, dim, noisy, the illuminator brighter in the middle."""
+    gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY).astype(np.float32)
+    yy, xx = np.mgrid[0 : gray.shape[0], 0 : gray.shape[1]].astype(np.float32)
+    spot = 1.15 - 0.6 * ((xx / gray.shape[1] - 0.5) ** 2 + (yy / gray.shape[0] - 0.5) ** 2)
+    gray = gray * spot * rng.uniform(0.35, 0.55) + rng.normal(0, rng.uniform(4, 9), gray.shape)
+    return np.repeat(np.clip(gray, 0, 255).astype(np.uint8)[..., None], 3, -1)
+
+
+def render(state: str, rng: np.random.Generator, phase: str = "train", night: bool = False) -> np.ndarray:
+    """One (480, 640, 3) uint8 RGB frame of the scene in ``state`` (one of ``STATES``) in ``phase``; ``night``:
+    through the camera's night mode (``night_mode``)."""
     if state not in STATES:
         raise ValueError(f"state {state!r}: one of {STATES}")
     if phase not in PHASES:
@@ -84,16 +96,17 @@ def render(state: str, rng: np.random.Generator, phase: str = "train") -> np.nda
     dx, dy = rng.uniform(-4, 4, 2)  # camera shake
     shift = np.array([[1, 0, dx], [0, 1, dy]], np.float32)
     out = cv2.warpAffine(np.clip(lit, 0, 255).astype(np.uint8), shift, SIZE, borderMode=cv2.BORDER_REFLECT)
-    return np.asarray(out, np.uint8)
+    return night_mode(out, rng) if night else np.asarray(out, np.uint8)
 
 
-def write_clip(folder: Path, state: str, seed: int, frames: int = 30, phase: str = "train") -> None:
+def write_clip(folder: Path, state: str, seed: int, frames: int = 30, phase: str = "train",
+               night: bool = False) -> None:
     """``frames`` JPEGs ``00000.jpg``... of ``state`` in ``folder`` (replaced one by one, atomically), for
     ``edge_app/bench/rtsp_server.py`` to loop."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     for i in range(frames):
-        rgb = render(state, rng, phase)
+        rgb = render(state, rng, phase, night)
         tmp = folder / f".{i:05d}.jpg"
         cv2.imwrite(str(tmp), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
         tmp.replace(folder / f"{i:05d}.jpg")

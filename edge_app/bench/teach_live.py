@@ -19,7 +19,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +35,23 @@ SETTLE_S = 2.5  # after the camera switches state: the clip loops in 2 s, the pi
 
 
 class SceneCamera:
-    """What the RTSP camera shows: a state in a phase, a new clip every ``every_s`` (light and places drift)."""
+    """What an RTSP camera looping ``folder`` shows: a state in a phase, a new clip every ``every_s`` while
+    ``drifting`` (light and places drift). ``write`` draws a clip (``hardscene.write_clip`` by default; the tests
+    pass ``scene.write_clip``); ``nights``: check and live clips alternate between day and the camera's night mode.
+    """
 
-    def __init__(self, folder: Path, seed: int) -> None:
+    def __init__(self, folder: Path, seed: int = 0, write: Callable[..., None] = write_clip,
+                 nights: bool = False) -> None:
         self.folder, self.state, self.phase, self.seed = folder, STATES[0], "train", seed * 100_003
+        self.write, self.nights = write, nights
 
     def show(self, state: str, phase: str | None = None) -> None:
         self.state, self.phase = state, phase or self.phase
         self.seed += 1
-        write_clip(self.folder, self.state, self.seed, 30, self.phase)
+        if self.nights and self.phase != "train" and self.seed % 2 == 0:
+            self.write(self.folder, self.state, self.seed, 30, self.phase, night=True)
+        else:
+            self.write(self.folder, self.state, self.seed, 30, self.phase)
 
     @contextlib.asynccontextmanager
     async def drifting(self, every_s: float = 2.0) -> AsyncIterator[None]:
@@ -139,9 +147,10 @@ def pct(a: float) -> str:
     return f"{100 * a:.1f}"
 
 
-def format_report(rows: list[dict[str, Any]], region: bool) -> str:
+def format_report(rows: list[dict[str, Any]], region: bool, nights: bool = False) -> str:
     lines = [f"hard scene (three states, a small object in the lower right, new light after deploy), "
-             f"{'with' if region else 'without'} the camera's region {list(REGION) if region else ''}; "
+             f"{'with' if region else 'without'} the camera's region {list(REGION) if region else ''}"
+             f"{'; check and live half in the camera night mode, which training never saw' if nights else ''}; "
              "accuracy in %", "",
              "| round | frames recorded (train / check per state) | training s | held-out per exit (same recordings) "
              "| check per exit | shown before deploy (policy on the check) | floor | live after deploy [95 % CI] | "
@@ -166,11 +175,11 @@ def format_report(rows: list[dict[str, Any]], region: bool) -> str:
 
 
 async def bench(model: Path, rounds: int, out: Path, region: bool = True, record_s: float = 14.0,
-                check_s: float = 6.0, live_s: float = 5.0, epochs: int = 12) -> str:
+                check_s: float = 6.0, live_s: float = 5.0, epochs: int = 12, nights: bool = False) -> str:
     if not gst_rtsp_available():
         raise SystemExit("needs GStreamer's RTSP server for the system Python (see README, set-up)")
     out.mkdir(parents=True, exist_ok=True)
-    camera = SceneCamera(out / "scene", 1)
+    camera = SceneCamera(out / "scene", 1, nights=nights)
     camera.show(STATES[0], "train")
     rtsp = RtspServer(camera.folder / "%05d.jpg", free_port(), fps=15, size="640x480")
     rtsp.start()
@@ -202,7 +211,7 @@ async def bench(model: Path, rounds: int, out: Path, region: bool = True, record
             server.wait(10)
         log.close()
         rtsp.stop()
-    report = format_report(rows, region)
+    report = format_report(rows, region, nights)
     (out / "report.md").write_text(report + "\n")
     (out / "rounds.json").write_text(json.dumps(rows, indent=1))
     return report

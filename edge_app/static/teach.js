@@ -148,7 +148,8 @@ export function initTeach(api, edge) {
 
   async function train() {
     try {
-      let job = t.job = await call("/api/training", "POST", { dataset: ds(), from: $("teach-from").value, input_size: Number($("teach-size").value) });
+      let job = t.job = await call("/api/training", "POST", { dataset: ds(), from: $("teach-from").value, input_size: Number($("teach-size").value),
+        ...($("teach-width").value ? { width: Number($("teach-width").value) } : {}) });
       $("teach-cancel").disabled = false;
       while (job.state === "running") {
         const e = job.epoch;
@@ -279,7 +280,7 @@ export function initTeach(api, edge) {
     const items = t.models.models.map((m) => {
       const li = document.createElement("li");
       const check = m.report && m.report.check;
-      li.textContent = m.error ? `${m.name}: ${m.error}` : `${m.name}${m.in_use ? " (in use)" : ""}: ${m.classes.join(", ")} · ${m.input_size} px · held-out ` +
+      li.textContent = m.error ? `${m.name}: ${m.error}` : `${m.name}${m.in_use ? " (in use)" : ""}: ${m.classes.join(", ")} · ${m.input_size} px, width ${m.width} · held-out ` +
         m.test_accuracy.map((a, k) => `exit ${k + 1} ${(100 * a).toFixed(1)} % @ ${m.costs_ms[k].toFixed(2)} ms`).join(" · ") +
         (check ? ` · check ${pct(check.accuracy)} as served` : m.report ? " · no check recording" : "");
       if (m.report) {

@@ -12,7 +12,8 @@ behind the token when one is set; bad input gets a 4xx with a reason.
     POST   /api/datasets/{ds}/relabel                       {"frames": [...]} or {"recording", "from_unix",
                                                              "to_unix"}, with "class" and/or "role"
     GET    /api/cameras/{name}/region                       PUT {"region": [x, y, w, h] or null}
-    POST   /api/training                                    {"dataset", "epochs"?, "from"?, "input_size"?}: start
+    POST   /api/training                                    {"dataset", "epochs"?, "from"?, "input_size"?,
+                                                             "width"?}: start
                                                              (409 while one runs)
     GET    /api/training/{id}                               progress; DELETE: cancel
     GET    /api/models                                      versions, in use, per-exit held-out accuracy and cost
@@ -240,6 +241,9 @@ async def training(request: web.Request, t: Teach) -> web.Response:
     if size is not None and (not isinstance(size, int) or size not in INPUT_SIZES):
         raise DatasetError(f"'input_size' is one of {list(INPUT_SIZES)} pixels (a multiple of 32); larger sees "
                            "small things better and costs more per exit")
+    width = body.get("width")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int | float) or not 0 < width <= 1):
+        raise DatasetError("'width' is the base's channel width, from 0 to 1 (0.5: twice the shipped 0.25)")
     start_from = body.get("from", "latest")
     if not isinstance(start_from, str):
         raise DatasetError("'from' is \"latest\" (the last model taught on this dataset), \"active\" or a model name")
@@ -247,7 +251,7 @@ async def training(request: web.Request, t: Teach) -> web.Response:
         start_from = t.registry.latest_for(ds, t.store.classes(ds)) or t.registry.active
     elif start_from == "active":
         start_from = t.registry.active
-    job = await t.trainer.start(ds, t.registry.folder(start_from), epochs, size)
+    job = await t.trainer.start(ds, t.registry.folder(start_from), epochs, size, width)
     return web.json_response(job.status(), status=202)
 
 

@@ -63,8 +63,8 @@ class Trainer:
     def running(self) -> TrainingJob | None:
         return next((j for j in self.jobs.values() if j.state == "running"), None)
 
-    async def start(self, dataset: str, base: Path, epochs: int | None = None, input_size: int | None = None
-                    ) -> TrainingJob:
+    async def start(self, dataset: str, base: Path, epochs: int | None = None, input_size: int | None = None,
+                    width: float | None = None) -> TrainingJob:
         """Start training on ``dataset`` from the model folder ``base`` (the last model taught on it, when the
         class set is the same, so that a retraining refines it)."""
         if (job := self.running) is not None:
@@ -90,6 +90,8 @@ class Trainer:
                "--batch-size", str(self.cfg.batch_size), "--threads", str(self.cfg.threads)]
         if input_size:
             cmd += ["--input-size", str(input_size)]
+        if width:
+            cmd += ["--width", str(width)]
         job.proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE, stderr=stderr)
         stderr.close()
         self.jobs[job.id] = job

@@ -100,7 +100,7 @@ class ModelRegistry:
                 out.append({"name": name, "error": str(exc), "in_use": name == active})
                 continue
             out.append({"name": name, "folder": str(folder), "classes": m.class_names,
-                        "input_size": m.input.width,
+                        "input_size": m.input.width, "width": m.architecture.get("width"),
                         "test_accuracy": [round(e.test_accuracy, 4) for e in m.exits],
                         "costs_ms": [round(c, 3) for c in m.costs_ms], "in_use": name == active,
                         "policy": (folder / "policy.json").is_file(), "report": self.report(folder)})
