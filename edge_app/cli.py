@@ -125,11 +125,21 @@ def model_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_fit_policy(args: argparse.Namespace) -> int:
+    from models.errors import PolicyError
     from models.fit import fit_policy
+    from models.folder import policy_meta
 
-    info = fit_policy(model_dir(args), bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
-                      loss_kind=args.loss_kind, traces=args.traces)
-    print(f"lam={info['lam']:.4f}, loss {info['loss_kind']}, {info['calibration_traces']} traces: "
+    folder = model_dir(args)
+    floor = args.min_exit
+    if floor is None:
+        try:
+            floor = int(policy_meta(folder).get("min_exit", 1))
+        except PolicyError:
+            floor = 1
+    info = fit_policy(folder, bins=args.bins, lam=args.lam, target_accuracy=args.target_accuracy,
+                      loss_kind=args.loss_kind, traces=args.traces, min_exit=floor)
+    print(f"floor exit {info['min_exit']}, lam={info['lam']:.4f}, loss {info['loss_kind']}, "
+          f"{info['calibration_traces']} traces: "
           f"calibration accuracy {info['calibration_accuracy']:.4f} "
           f"(final exit {info['calibration_final_exit_accuracy']:.4f}) at {info['calibration_cost']:.3f} of "
           f"full-depth cost; fitted on {info['calibration_frames']} frames in {info['fit_seconds']:.2f} s")
@@ -164,6 +174,8 @@ def build_parser(with_tools: bool = True) -> argparse.ArgumentParser:
     f.add_argument("--traces", choices=["auto", "clean", "vp8"], default="auto",
                    help="calibration traces: the data set's frames, or as VP8 delivers them (edge-app codec-traces); "
                         "auto: vp8 when the model has them")
+    f.add_argument("--min-exit", type=int, help="the policy's floor: never answer from a shallower exit (default: "
+                   "the floor of the policy.json there now, else 1; a taught model's comes from its check)")
     f.set_defaults(func=cmd_fit_policy)
     e = sub.add_parser("export", help="build data, train and export a model folder (python -m exporter ...)")
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")

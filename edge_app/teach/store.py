@@ -262,7 +262,9 @@ class DatasetStore:
                             "recent": [f.id for f in mine if f.role != "check"][-recent:],
                             "check_recent": [f.id for f in mine if f.role == "check"][-recent:]})
         unchecked = [c["name"] for c in classes if not c["split"]["check"]]  # type: ignore[index]
-        return {"name": dataset, "block_s": self.block_s, "classes": classes, "recordings": self.recordings(frames),
+        recordings = self.recordings(frames)
+        return {"name": dataset, "block_s": self.block_s, "classes": classes, "recordings": recordings[-recent:],
+                "recordings_total": len(recordings),
                 "check": {"frames": sum(c["split"]["check"] for c in classes),  # type: ignore[index]
                           "classes_without": unchecked}}
 
