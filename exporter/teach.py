@@ -254,8 +254,11 @@ def teach(data: Path, base: Path, out: Path, epochs: int = 12, lr: float = 2e-3,
     check_ds = None if check is None else SceneFrames(check.images, check.labels)
     work = out.with_name(out.name + ".work")
     work.mkdir(parents=True, exist_ok=True)
-    base_model, err = recover_checkpoint(base, SceneFrames(splits["train"].images, splits["train"].labels),
-                                         work / "base.pt", (manifest, spec))
+    base_size = read_manifest(base).input.width  # the base's segments are checked on frames of their own size
+    probe = splits["train"].images if size == base_size else np.stack(
+        [cv2.resize(img, (base_size, base_size), interpolation=cv2.INTER_AREA) for img in splits["train"].images])
+    base_model, err = recover_checkpoint(base, SceneFrames(probe, splits["train"].labels), work / "base.pt",
+                                         (manifest, spec))
     if width is not None and width != base_model.spec.width:  # a wider base, computing what the base computed
         base_model = widen_model(base_model, width)
     arch = dataclasses.replace(spec, num_classes=len(names), input_size=size, width=base_model.spec.width)

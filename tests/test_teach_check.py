@@ -179,7 +179,7 @@ async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
             await asyncio.to_thread(filler)
             status, job = await call_json(http, "POST", f"{base}/api/training", {"dataset": "gate", "input_size": 100})
             assert status == 400 and "input_size" in job["error"]
-            job = await train_job(http, base, {"dataset": "gate"})
+            job = await train_job(http, base, {"dataset": "gate", "input_size": 128})  # a larger input
             assert job["state"] == "succeeded", job
             trained = {p.stem: p for p in (tmp_path / "models" / ".data" / job["model"] / "train").rglob("*.jpg")}
             used = [f for f in captured if f.id in trained]
@@ -188,6 +188,9 @@ async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
                 img = cv2.imread(str(trained[f.id]))
                 assert img.shape[:2] == (side, side), "training reads the region's square as it was captured"
             assert job["result"]["check"] is None and job["result"]["operating_points"]["on"].startswith("calib")
+            assert job["result"]["input_size"] == 128 and len(job["result"]["costs_ms"]) == 3
+            _, models = await call_json(http, "GET", f"{base}/api/models")
+            assert next(m for m in models["models"] if m["name"] == job["model"])["input_size"] == 128
 
             # before deploy, a shadow run: the candidate answers the live camera next to the model in use
             status, run = await call_json(http, "POST", f"{base}/api/models/{job['model']}/shadow",
