@@ -82,6 +82,21 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
             await page.wait_for_function("() => edge.state === 'connected' && edge.results > 20", timeout=60_000)
             session = await page.evaluate("() => edge.session")
             shipped = (await _status(base))["model"]
+            # the camera's region, drawn over the video and dragged with the mouse, then cleared
+            await page.click("#region-set")
+            await page.wait_for_function("() => edge.region.saved >= 1 && !document.getElementById('region-box')"
+                                         ".hidden")
+            box = await page.locator("#region-box").bounding_box()
+            await page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+            await page.mouse.down()
+            await page.mouse.move(box["x"] + box["width"] / 2 + 60, box["y"] + box["height"] / 2 + 40, steps=5)
+            await page.mouse.up()
+            await page.wait_for_function("() => edge.region.saved >= 2")
+            dragged = (await _status(base))["cameras"][0]["region"]
+            line = await page.text_content("#region-line")
+            await page.click("#region-clear")
+            await page.wait_for_function("() => edge.region.saved >= 3")
+            cleared = (await _status(base))["cameras"][0]["region"]
             await page.fill("#teach-dataset", "door")
             await page.dispatch_event("#teach-dataset", "change")
             for cls in ("empty", "cat"):
@@ -136,6 +151,8 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
           f"served, per exit {result['check']['per_exit_accuracy']}, floor exit {result['policy']['min_exit']}); "
           f"model after deploy {taught['name']} {taught['classes']}, "
           f"after roll back {after['model']['name']}")
+    assert dragged[0] > 0.3 and dragged[1] > 0.3 and dragged[2:] == [0.5, 0.5], f"dragged right and down: {dragged}"
+    assert line.startswith("region = [") and cleared is None, (line, cleared)
     assert min(recorded.values()) >= 100, recorded
     assert "No check recording" in (warning or ""), "before a check, the page says the figure may be optimistic"
     assert min(checked.values()) >= 40 and result["frames"]["check"] == sum(checked.values()), (checked, result)

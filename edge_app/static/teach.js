@@ -312,7 +312,7 @@ export function initTeach(api, edge) {
   const region = initRegion(api, edge, show);
   const cameraOf = () => $("source").value || null;
   $("source").addEventListener("change", () => region.load(cameraOf()));
-  t.region = region;
+  region.load(cameraOf());
   $("teach-dataset").onchange = refresh;
   $("teach-add-class").onclick = async () => {
     try { await call(`/api/datasets/${encodeURIComponent(ds())}/classes`, "POST", { name: $("teach-class").value.trim() }); $("teach-class").value = ""; }
