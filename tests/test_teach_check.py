@@ -216,3 +216,15 @@ async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
             assert st["model_in_use"] == "default", "a shadow run deploys nothing"
     finally:
         server.stop()
+
+
+def test_the_floor_is_the_shallowest_exit_within_a_point_of_full_depth_and_classes_are_drawn_equally() -> None:
+    teach = pytest.importorskip("exporter.teach", reason="the train extra (torch)")
+    assert teach.depth_floor([0.811, 0.906, 0.994]) == 3  # the night bench's first training: exits 1, 2 not enough
+    assert teach.depth_floor([0.95, 1.0, 1.0]) == 2
+    assert teach.depth_floor([1.0, 1.0, 1.0]) == 1  # a check that cannot tell the exits apart: exit 1 is enough
+    assert teach.depth_floor([0.99, 0.98, 0.995]) == 1
+    labels = np.array([0] * 10 + [1] * 3 + [2] * 6)
+    index = teach.balanced_index(labels, np.random.default_rng(0))
+    assert np.bincount(labels[index]).tolist() == [10, 10, 10]
+    assert set(index[labels[index] == 1]) == {10, 11, 12}, "the rare class's frames repeat, nothing else stands in"
