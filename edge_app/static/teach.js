@@ -60,9 +60,9 @@ export function initTeach(api, edge) {
       const thumbs = document.createElement("div");
       thumbs.className = "thumbs";
       for (const [id, kind] of [...c.recent.slice(-8).map((i) => [i, "train"]), ...c.check_recent.slice(-4).map((i) => [i, "check"])]) {
-        const img = thumb(id, `${id} (${kind === "check" ? "check frame; " : ""}click to delete)`);
-        if (kind === "check") img.className = "check";
-        img.onclick = async () => { await call(`/api/datasets/${encodeURIComponent(ds())}/frames/${id}`, "DELETE"); refresh(); };
+        const img = thumb(id, kind === "check" ? `${id} (check frame; click to add it to training)` : `${id} (click to delete)`);
+        if (kind === "check") { img.className = "check"; img.onclick = () => addToTraining([id]); }
+        else img.onclick = async () => { await call(`/api/datasets/${encodeURIComponent(ds())}/frames/${id}`, "DELETE"); refresh(); };
         thumbs.append(img);
       }
       row.append(name, count, snap, rec, check, del, thumbs);
