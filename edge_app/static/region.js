@@ -18,7 +18,7 @@ export function initRegion(api, edge, show) {
 
   function draw() {
     box.hidden = !r.camera || !r.value;
-    if (box.hidden) return;
+    if (box.hidden) { $("region-line").textContent = ""; return; }
     const p = picture(), [x, y, w, h] = r.value;
     Object.assign(box.style, { left: `${p.x + x * p.w}px`, top: `${p.y + y * p.h}px`, width: `${w * p.w}px`, height: `${h * p.h}px` });
     $("region-line").textContent = `region = [${r.value.map((v) => v.toFixed(3)).join(", ")}]`;
