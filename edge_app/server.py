@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import signal
@@ -107,8 +108,10 @@ def model_status(service: InferenceService) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=16)
 def _check_summary(folder: Path) -> dict[str, Any] | None:
-    """A taught model's accuracy on its check recording (None: not taught here, or taught without a check)."""
+    """A taught model's accuracy on its check recording (None: not taught here, or taught without a check). A model
+    folder does not change once written, so report.json is read once per folder, not on every /status."""
     report = ModelRegistry.report(folder)
     check = None if report is None else report.get("check")
     if not isinstance(check, dict):

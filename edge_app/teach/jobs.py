@@ -81,8 +81,7 @@ class Trainer:
         loop = asyncio.get_running_loop()
         counts = await loop.run_in_executor(None, self.store.materialize, dataset, data)
         job = TrainingJob(id=version, dataset=dataset, version=version, out=out, base=base.name)
-        regions = sorted({str(list(f.region)) for f in self.store.frames(dataset) if f.region is not None})
-        job.events.append({"event": "split", "frames": counts, "base": base.name, "regions": regions})
+        job.events.append({"event": "split", "frames": counts, "base": base.name})
         self.models_dir.mkdir(parents=True, exist_ok=True)
         stderr = (self.models_dir / f"{version}.log").open("wb")
         cmd = [sys.executable, "-m", "exporter.teach", "--json", "--data", str(data), "--base", str(base),
