@@ -108,6 +108,8 @@ class PeerSession:
         self.uplink = UplinkController()  # what the browser is asked to send, when it sends its camera
         self._last_rtcp_rtt_ms: float | None = None
         self._remb_bps: int | None = None
+        self._sent_bps: float | None = None  # what the video sender sent over the last second (getStats)
+        self._bytes_at: tuple[float, int] | None = None
         self._logged_video_bps = 1
         self._received_at, self._received_change_s = 0, time.monotonic()
         self._stalled_since: float | None = None
@@ -188,7 +190,8 @@ class PeerSession:
         if self.video_rate is None:
             return
         floor = snapshot(self.rtt, self.bitrate).rtt_low_ms
-        rate = self.video_rate.update(time.monotonic(), loss_fraction, rtt_ms, floor, self._remb_bps, probe_sent_s)
+        rate = self.video_rate.update(time.monotonic(), loss_fraction, rtt_ms, floor, self._remb_bps, probe_sent_s,
+                                      self._sent_bps)
         if abs(rate.target_bps - self._logged_video_bps) >= 0.25 * self._logged_video_bps:
             self._logged_video_bps = rate.target_bps
             log.info("session %s: annotated video at %d kbit/s, %g fps, 1/%g size (loss %.0f %%, RTT %s ms)",
@@ -391,6 +394,20 @@ class PeerSession:
                        else JSON_RESULT_BYTES)
         return NetworkView(est, frame_bytes)
 
+    async def _measure_sent(self, now: float) -> None:
+        """The video sender's bytes sent (its public ``getStats``), as a rate over about a second."""
+        last = self._bytes_at
+        if last is not None and now - last[0] < 1.0:
+            return
+        assert self.video_sender is not None
+        stats = await self.video_sender.getStats()
+        sent = next((int(s.bytesSent) for s in stats.values() if s.type == "outbound-rtp"), None)
+        if sent is None:
+            return
+        if last is not None:
+            self._sent_bps = 8.0 * (sent - last[1]) / (now - last[0])
+        self._bytes_at = (now, sent)
+
     async def _poll_network(self) -> None:
         last_ping = 0.0
         while True:
@@ -400,6 +417,7 @@ class PeerSession:
                 target = sender_target_bitrate_bps(self.video_sender)
                 if target is not None:
                     self.bitrate.add(target)
+                await self._measure_sent(now)
             for t in self.pc.getTransceivers():
                 if t.kind == "video" and t.receiver.track is not None:
                     self.receive_estimate_bps = receiver_bitrate_estimate_bps(t.receiver)

@@ -1,12 +1,16 @@
 """Send less when the path gets worse: pure rate decisions, no asyncio, tested synchronously.
 
 * ``VideoRateController``: the target bitrate of annotated video we send back, from what the viewer's receiver
-  reports say about the path (RTCP: loss, and RTT rising above its floor) under 70 % of its REMB (the rest is the
-  results' and pings' room): cut by 30 % at once
+  reports say about the path (RTCP: loss, RTT rising above its floor, a REMB under what we send): cut by 30 % at once
   when the path shows congestion (at most every 0.5 s, so one burst of reports is one cut), raise by 8 % a second
   while it is clean, and frame rate and size with the bitrate (``max_fps``, ``scale_down``), so that a narrow path
   gets fewer, smaller frames rather than a queue. Reports come from RTCP (about one a second) and from the
-  data channel's pongs (four a second, through the same queue as the video).
+  data channel's pongs (four a second, through the same queue as the video). Only evidence that holds up on a
+  loaded box counts: one late RTT sample may be our own event loop running late, so a queue takes two in a row; a
+  REMB is a browser's receive estimate, which starts low and grows only to about 1.5 times what arrives (an easy
+  picture the encoder sends under its target keeps it low), so it is a ceiling only while it says less arrives
+  than we send (its estimator saw overuse) while the RTT or loss shows it too, never by itself: else an
+  uncongested loopback path ratchets down to a thumbnail.
 * ``UplinkController``: what the browser should send us, from how late its frames arrive (``late_ms``: transit above
   the path's floor, read from each frame's RTP timestamp): cut the bitrate cap (and the resolution, not below
   what the model needs) while frames queue on the way in, raise it again after a calm spell.
@@ -34,7 +38,9 @@ class VideoRateController:
     CUT_EVERY_S = 0.5
     LOSS_CONGESTED = 0.02  # fraction lost in a receiver report
     RTT_RISE_MS = 30.0  # RTT this far above its floor (and 50 % above it) reads as a queue building up
-    REMB_SHARE = 0.7  # video takes at most this share of what the peer says it can receive: results come first
+    REMB_SHARE = 0.7  # under overuse, video takes at most this share of what the peer says it can receive
+    REMB_OVERUSE = 0.95  # a REMB under this share of what we send (measured) says the receiver sees overuse
+    REMB_QUEUE_MS = 10.0  # ... if the RTT is this far over its floor too (or there is loss)
     DRAINING_MS = 10.0  # RTT this much under the last cut's: the queue drains, the cut is working, wait
     DRAIN_WAIT_S = 3.0  # ... but not for longer than this
     STARVE_AFTER_S = 1.0
@@ -76,17 +82,19 @@ class VideoRateController:
         self.picture_bps = max(float(self.min_bps), self.BITS_PER_PIXEL * width * height * 30.0)
 
     def update(self, now_s: float, loss_fraction: float, rtt_ms: float | None, rtt_floor_ms: float | None,
-               remb_bps: float | None = None, probe_sent_s: float | None = None) -> VideoRate:
+               remb_bps: float | None = None, probe_sent_s: float | None = None, sent_bps: float | None = None
+               ) -> VideoRate:
         """One receiver report, or one RTT sample of a probe sent at ``probe_sent_s`` (a data-channel ping; its
-        RTT says nothing of a cut made after it was sent): the new target."""
+        RTT says nothing of a cut made after it was sent): the new target. ``sent_bps``: what the video sender
+        actually sent over the last second (a REMB is judged against it)."""
         dt = 0.0 if self._last_update_s is None else max(0.0, now_s - self._last_update_s)
         self._last_update_s = now_s
         if rtt_ms is not None and rtt_floor_ms is not None and rtt_ms < rtt_floor_ms + self.floor_shift_ms / 2:
             self.floor_shift_ms = 0.0  # the path's delay went back down
         congested = self.congested(loss_fraction, rtt_ms, rtt_floor_ms)
-        if probe_sent_s is not None and loss_fraction < self.LOSS_CONGESTED:
-            # one late probe may be the server's own event loop running late (it times the pongs): a queue makes
-            # every probe late, so it takes two in a row
+        if loss_fraction < self.LOSS_CONGESTED:
+            # one late sample (a probe or a receiver report) may be the server's own event loop running late (it
+            # times both): a queue makes every sample late, so it takes two in a row
             self._late_probes = self._late_probes + 1 if congested else 0
             congested = congested and self._late_probes >= 2
         if probe_sent_s is not None and probe_sent_s < self._hold_until_s and loss_fraction < self.LOSS_CONGESTED:
@@ -108,7 +116,11 @@ class VideoRateController:
                 self.cuts += 1
         elif now_s - self._last_cut_s >= 2.0:  # a clean spell after the last cut: probe upwards slowly
             self.target_bps *= self.RAISE_PER_S ** dt
-        if remb_bps is not None:  # the peer's own estimate, less room for the results and pings, is a ceiling too
+        queue = rtt_ms is not None and rtt_floor_ms is not None and rtt_ms > rtt_floor_ms + self.REMB_QUEUE_MS
+        if remb_bps is not None and sent_bps is not None and remb_bps < self.REMB_OVERUSE * sent_bps and (
+                queue or loss_fraction > 0):
+            # the peer's estimate says less gets through than we send, and the path shows it (a queue or loss; a
+            # browser's start-up estimate alone does not): it, less room for the results, is a ceiling
             self.target_bps = min(self.target_bps, self.REMB_SHARE * float(remb_bps))
         ceiling = self.max_bps if self.picture_bps is None else min(self.max_bps, self.picture_bps)
         self.target_bps = min(float(ceiling), max(float(self.min_bps), self.target_bps))

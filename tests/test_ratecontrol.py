@@ -11,37 +11,47 @@ def test_video_rate_cuts_at_once_on_loss_or_a_queue_and_rises_slowly() -> None:
     assert c.update(0.0, 0.0, 30.0, 30.0).target_bps == 500_000, "a clean path keeps the target"
     assert c.update(1.0, 0.05, 30.0, 30.0).target_bps == 350_000, "5 % loss: cut 30 % at once"
     assert c.update(1.2, 0.05, 30.0, 30.0).target_bps == 350_000, "one cut per 0.5 s: a burst of reports is one cut"
-    assert c.update(1.6, 0.0, 120.0, 30.0).target_bps == 245_000, "RTT 90 ms over its floor: a queue, cut again"
+    assert c.update(1.5, 0.0, 120.0, 30.0).target_bps == 350_000, "one late RTT may be our own loop: no cut yet"
+    assert c.update(1.6, 0.0, 120.0, 30.0).target_bps == 245_000, "RTT 90 ms over its floor twice: a queue, cut"
     for t in range(2, 12):
         rate = c.update(1.6 + t, 0.0, 31.0, 30.0)
     assert 245_000 < rate.target_bps < 245_000 * 1.08 ** 11 * 1.01, "raised slowly (8 % a second) once clean"
-    assert c.update(20.0, 0.0, 31.0, 30.0, remb_bps=200_000).target_bps == 140_000, "70 % of the peer's REMB"
+    before = c.target_bps
+    assert c.update(20.0, 0.0, 31.0, 30.0, remb_bps=200_000, sent_bps=150_000).target_bps >= before, \
+        "a REMB over what arrives is the browser's estimate growing with what we send, not congestion"
+    assert c.update(20.3, 0.0, 31.0, 30.0, remb_bps=200_000, sent_bps=300_000).target_bps >= before, \
+        "a REMB under what we send on a path with no queue: a browser's start-up estimate, not congestion"
+    assert c.update(20.5, 0.0, 45.0, 30.0, remb_bps=200_000, sent_bps=300_000).target_bps == 140_000, \
+        "a REMB under what we send and the RTT 15 ms over its floor: overuse, 70 % of it is the ceiling"
     for t in range(40):
         rate = c.update(21.0 + t, 0.3, 300.0, 30.0)
     assert c.target_bps == 60_000, "never under the floor"
     assert rate.target_bps == 20_000 and rate.max_fps == 1.0, "at the floor and still congested: a frame a second"
     assert VideoRateController(start_bps=200_000).rate.max_fps == 15.0
-    assert VideoRateController(start_bps=800_000).update(0.0, 0.0, 400.0, 30.0).target_bps == 400_000, \
-        "a long queue already: halved at once"
+    c = VideoRateController(start_bps=800_000)
+    c.update(0.0, 0.0, 400.0, 30.0)
+    assert c.update(0.1, 0.0, 400.0, 30.0).target_bps == 400_000, "a long queue already: halved at once"
 
 
 def test_video_rate_waits_while_a_queue_drains_and_sends_smaller_frames_when_narrow() -> None:
     c = VideoRateController(start_bps=1_000_000)
     assert c.rate.scale_down == 1.0
+    c.update(-0.1, 0.0, 400.0, 30.0)
     assert c.update(0.0, 0.0, 400.0, 30.0).target_bps == 500_000, "a long queue: halved"
     assert c.update(0.6, 0.0, 300.0, 30.0).target_bps == 500_000, "the queue drains (RTT falls): wait, no cut"
     assert c.update(1.2, 0.0, 390.0, 30.0).target_bps == 250_000, "it stopped draining: cut again"
     assert c.rate.scale_down == 2.0 and c.rate.max_fps == 15.0, "under 300 kbit/s: half the size, half the rate"
     assert c.update(1.8, 0.05, 100.0, 30.0).target_bps == 175_000, "loss cuts even while the queue drains"
+    c.update(8.9, 0.0, 900.0, 30.0)
     assert c.update(9.0, 0.0, 900.0, 30.0).target_bps == 87_500, "long after the last cut, a new queue is cut"
     for t in range(10, 40):
         rate = c.update(float(t), 0.0, 30.0, 30.0)
     assert rate.target_bps > 450_000 and rate.scale_down == 1.0, "full size again once the target recovers"
     c = VideoRateController(start_bps=500_000)
     for t in range(5):
-        c.update(float(t), 0.0, 30.0, 30.0, remb_bps=400_000)
+        c.update(float(t), 0.01, 30.0, 30.0, remb_bps=400_000, sent_bps=500_000)
     assert c.rate.target_bps == 280_000 and c.rate.scale_down == 2.0
-    c.update(6.0, 0.0, 30.0, 30.0, remb_bps=600_000)
+    c.update(6.0, 0.0, 30.0, 30.0, remb_bps=600_000, sent_bps=280_000)
     assert c.rate.scale_down == 2.0, "between 300 and 450 kbit/s the size stays as it was"
 
 
