@@ -101,9 +101,10 @@ class PolicyConfig(_Section):
     fixed_exit: int = Field(3, ge=1, le=16, description="exit to use (kind = fixed)")
     truncate: bool = Field(True, description="never start an exit whose predicted cost misses the deadline; "
                                              "false only for baselines that ignore it")
-    adapt_to_load: bool = Field(False, description="when frames arrive faster than the inference threads can take "
-                                "them at the fitted lam, move the dynamic index to a cheaper operating point (and "
-                                "back when the load falls)")
+    adapt_to_load: bool = Field(True, description="each frame's operating point follows the arrival rate: when "
+                                "frames arrive faster than the inference threads (or a source's own pipeline) can "
+                                "take them at the fitted lam, the dynamic index moves to a cheaper operating point, "
+                                "and back when the load falls; false: the fitted lam always")
     load_headroom: float = Field(0.85, gt=0.1, le=1.0, description="share of the inference threads' time the "
                                  "expected compute may fill")
 

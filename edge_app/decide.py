@@ -17,6 +17,7 @@ import numpy as np
 
 from edge_app.budget import Budget, frame_budget, late_uplink_ms
 from edge_app.config import BudgetConfig, SmoothingConfig
+from edge_app.governor import LoadGovernor
 from edge_app.results import FrameResult, NetworkView
 from edge_app.scheduler import FrameDecision, FrameScheduler
 from edge_app.smoothing import Smoothed, TemporalSmoother
@@ -64,8 +65,9 @@ def reused_decision(sm: Smoothed, compute_budget_ms: float) -> FrameDecision:
 
 class Decider:
     def __init__(self, source: str, service: InferenceService, policy: ExitPolicy, settings: PipelineSettings,
-                 reliability: list[float]) -> None:
+                 reliability: list[float], load: LoadGovernor | None = None) -> None:
         self.source = source
+        self.load = load  # the operating point for each frame, from the arrival rate (None: ``policy`` always)
         self.settings = settings
         self.service = service
         sm = settings.smoothing
@@ -108,9 +110,40 @@ class Decider:
             assert self._smoothed is not None
             return reused_decision(self._smoothed, compute_ms), self._smoothed
         self._reused_in_a_row = 0
-        dec = await self.scheduler.analyse(p.x, compute_ms)
+        policy = None if self.load is None else self.load.policy(time.monotonic(), self.full_depth_ms)
+        dec = await self.scheduler.analyse(p.x, compute_ms, policy)
         self._smoothed = self.smoother.update(dec.result.probs, dec.exit_index)
         return dec, self._smoothed
+
+    def full_depth_ms(self) -> float:
+        """What running every exit costs now (the inference service's running medians)."""
+        return float(sum(c.median_ms for c in self.service.costs))
+
+    @property
+    def smoothed(self) -> Smoothed | None:
+        """The latest smoothed answer (None before the first analysed frame)."""
+        return self._smoothed
+
+    def skipped_result(self, sf: SourceFrame, net: NetworkView, stamp: int | None, dropped_stale: int
+                       ) -> FrameResult | None:
+        """The answer of a frame replaced by a newer one before it could be analysed: the smoothed answer so far,
+        at once (``reused``, ``skipped: "stale"``); None before there is one."""
+        sm = self._smoothed
+        if sm is None:
+            return None
+        cfg, est = self.settings.budget, net.estimate
+        now = time.monotonic()
+        waited_ms = (now - sf.arrived_s) * 1e3
+        budget = frame_budget(cfg.total_budget_ms, est.rtt_ms, net.frame_bytes, est.bitrate_bps, waited_ms)
+        dec = reused_decision(sm, budget.compute_ms)
+        return FrameResult(
+            source=self.source, seq=sf.seq, stamp=stamp, arrived_unix_ms=(time.time() - waited_ms / 1e3) * 1e3,
+            raw_class=sm.label, raw_confidence=sm.confidence, smoothed_class=sm.label,
+            smoothed_confidence=sm.confidence, exit=0, exits_run=0, horizon=0, predicted_ms=0.0, actual_ms=0.0,
+            segments_ms=(), budget=budget, network=est, stages_ms={}, latency_ms=waited_ms,
+            deadline_met=waited_ms + budget.network_ms <= cfg.total_budget_ms, dropped_stale=dropped_stale,
+            reused=True, skipped="stale", frame_size=(sf.frame.width, sf.frame.height),
+            **self._scored(sf.truth, dec, sm))
 
     def _reuse(self, compute_ms: float) -> bool:
         """Answer without the model: even exit 1 (its high-percentile cost) would be late with the safety

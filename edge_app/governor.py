@@ -1,128 +1,164 @@
-"""The load-adaptive operating point: keep the frames' expected compute within what the inference threads can do.
+"""The load-adaptive operating point: every frame's compute leaves room for the frames behind it.
 
-Every second the governor reads how many frames arrived for analysis (all sources) and what a full-depth frame
-costs now (the service's running medians), and picks the most accurate operating point of the dynamic index
-(``models.operating``) whose expected cost per frame, times the arrival rate, fits in ``load_headroom`` of the
-inference threads' time. It moves to a cheaper point at once; back to a dearer one a step at a time, after
-``CALM_S`` in which that point would have fitted with room to spare. So every stream keeps its frame rate and its
-deadline (frames are not dropped as stale behind a queue); what gives is depth, by the amount the fitted chain
-predicts. ``choose`` is the decision alone, tested synchronously.
+Each source's frames arrive at some rate; the inference threads and each source's own pipeline (which analyses
+one frame at a time) have only so much time per frame. The governor keeps each source's arrival rate (the last
+second of arrivals, per source) and each pipeline's own work per frame outside inference (conversion,
+pre-processing, RENDER), and picks, for the frame about to run, the most accurate operating point of the dynamic
+index (``models.operating``) whose expected compute fits both:
+
+    all sources:  sum_s rate_s * cost_i * full_depth_ms         <= headroom * workers * 1000 ms/s
+    each source:  rate_s * (cost_i * full_depth_ms + own_ms_s)  <= headroom * 1000 ms/s
+
+``full_depth_ms`` is what a full-depth run costs now (the service's running medians), so a device that slows down
+moves the point too. The point is re-evaluated at most every ``EVERY_S`` (frames in between read it): cheaper at
+once, dearer a step at a time after ``CALM_S`` in which that point would have fitted with room to spare. What
+gives under load is depth, by the amount the fitted chain predicts, not frames.
+
+Frames dropped as stale behind a busy pipeline are the backstop: ``DROP_SHARE`` of the last ``DROP_WINDOW_S``'s
+arrivals (at least ``DROP_MIN`` frames) moves one step cheaper whatever the expected load says, and the rate at
+which a point dropped is remembered for ``MEMORY_S`` (not for ever). Drops that are not load (a model swap, a
+capture, a burst after a camera reconnects while the pipeline was idle) are not reported here
+(``edge_app.pipeline``). ``choose`` is the decision alone, tested synchronously with explicit times.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from models.operating import OperatingPoint
+from models.policies import ExitPolicy
 
 log = logging.getLogger(__name__)
 
 
 class LoadGovernor:
-    CHECK_S = 1.0
-    CALM_S = 3.0
+    RATE_WINDOW_S = 1.0  # arrival rate over this long, per source
+    EVERY_S = 0.1  # re-evaluated at most this often
+    CALM_S = 1.0
     RAISE_BELOW = 0.75  # a dearer point only when it would use under this share of the headroom
-    ANSWERED = 0.99  # fewer frames analysed than this share of those arriving: frames are being dropped
-    DROPPING_S = 2.0  # ... over this long: one step cheaper, whatever the expected load says
+    DROP_WINDOW_S = 2.0
+    DROP_SHARE = 0.05  # this share of arrivals dropped behind a busy pipeline: one step cheaper
+    DROP_MIN = 3  # ... and at least this many frames (one late frame in 30 is not overload)
+    MEMORY_S = 20.0  # how long the rate at which a point dropped frames keeps it from coming back
 
-    def __init__(self, points: list[OperatingPoint], headroom: float, workers: int) -> None:
-        self.points, self.headroom, self.workers = points, headroom, workers
+    def __init__(self, points: list[OperatingPoint], headroom: float, workers: int,
+                 on_move: Callable[[OperatingPoint], None] | None = None) -> None:
+        self.points, self.headroom, self.workers = points, headroom, max(1, workers)
+        self.on_move = on_move
         self.index = 0
         self.moves = 0
         self.arrival_fps = 0.0
-        self.load = 0.0  # expected compute at the current point, as a share of the inference threads' time
+        self.load = 0.0  # expected compute at the current point, as a share of the tighter of the two limits
+        self._arrivals: dict[str, deque[float]] = {}
+        self._own_ms: dict[str, float] = {}  # per source: its pipeline's work per frame outside inference (EWMA)
+        self._drops: deque[float] = deque()
+        self._dropped_at: dict[int, tuple[float, float]] = {}  # point -> (arrival rate it dropped at, when)
         self._calm_since: float | None = None
-        self._window: deque[tuple[float, float, float]] = deque()  # (time, arrived/s, answered/s)
-        self._dropped_at: dict[int, float] = {}  # point -> the lowest arrival rate at which it dropped frames
-        self._task: asyncio.Task[None] | None = None
+        self._checked_s = -1e9
 
     @property
     def point(self) -> OperatingPoint:
         return self.points[self.index]
 
-    def need(self, i: int, arrival_fps: float, full_depth_ms: float) -> float:
-        """Point ``i``'s expected compute, as a share of the inference threads' time."""
-        return arrival_fps * self.points[i].cost * full_depth_ms / (1000.0 * self.workers)
+    # --- what the pipelines report ------------------------------------------------------------------------
 
-    def choose(self, now_s: float, arrival_fps: float, full_depth_ms: float, answered_fps: float | None = None
-               ) -> int:
-        """The point to use from now (and remember it). ``answered_fps``: frames analysed per second; fewer than
-        arrived means frames are dropped as stale behind the queue whatever the model says (the pipelines' own
-        work, decoding, waiting), so that too moves to a cheaper point."""
-        self.arrival_fps = arrival_fps
-        fits = [i for i in range(len(self.points)) if self.need(i, arrival_fps, full_depth_ms) <= self.headroom]
-        target = fits[0] if fits else len(self.points) - 1
-        dropping = False
-        if answered_fps is not None:  # over the last DROPPING_S (drops come in bursts, not every second)
-            window = self._window
-            window.append((now_s, arrival_fps, answered_fps))
-            while window[0][0] < now_s - self.DROPPING_S - 0.5 * self.CHECK_S:
-                window.popleft()
-            arrived = sum(w[1] for w in window)
-            dropping = sum(w[2] for w in window) < self.ANSWERED * arrived
-            if dropping and now_s - window[0][0] >= self.DROPPING_S - 0.5 * self.CHECK_S:
-                target = max(target, min(self.index + 1, len(self.points) - 1))
-                self._dropped_at[self.index] = min(arrival_fps, self._dropped_at.get(self.index, arrival_fps))
-                window.clear()
+    def arrived(self, source: str, now_s: float) -> None:
+        """A frame of ``source`` arrived for analysis."""
+        q = self._arrivals.setdefault(source, deque())
+        q.append(now_s)
+        while q[0] < now_s - self.RATE_WINDOW_S:
+            q.popleft()
+
+    def own_work(self, source: str, ms: float) -> None:
+        """``source``'s pipeline spent ``ms`` on a frame outside inference (its own thread time per frame)."""
+        old = self._own_ms.get(source)
+        self._own_ms[source] = ms if old is None else 0.9 * old + 0.1 * ms
+
+    def dropped(self, now_s: float) -> None:
+        """A frame was dropped as stale behind a busy pipeline (load, not a swap or a capture)."""
+        self._drops.append(now_s)
+
+    def forget(self, source: str) -> None:
+        """``source`` stopped: its frames no longer count."""
+        self._arrivals.pop(source, None)
+        self._own_ms.pop(source, None)
+
+    # --- the decision -------------------------------------------------------------------------------------
+
+    def rates(self, now_s: float) -> dict[str, float]:
+        out = {}
+        for s, q in self._arrivals.items():
+            while q and q[0] < now_s - self.RATE_WINDOW_S:
+                q.popleft()
+            span = q[-1] - q[0] if len(q) >= 2 else 0.0
+            out[s] = (len(q) - 1) / span if span >= 0.2 else len(q) / self.RATE_WINDOW_S
+        return out
+
+    def need(self, i: int, rates: dict[str, float], full_depth_ms: float) -> float:
+        """Point ``i``'s expected compute as a share of the tighter limit: the inference threads' time, or a
+        source's own frame interval (its pipeline runs one frame at a time)."""
+        per_frame = self.points[i].cost * full_depth_ms
+        threads = sum(rates.values()) * per_frame / (1000.0 * self.workers)
+        own = max((r * (per_frame + self._own_ms.get(s, 0.0)) / 1000.0 for s, r in rates.items()), default=0.0)
+        return max(threads, own)
+
+    def policy(self, now_s: float, full_depth_ms: Callable[[], float]) -> ExitPolicy:
+        """The policy for the frame about to run (re-evaluated at most every ``EVERY_S``)."""
+        if now_s - self._checked_s >= self.EVERY_S:
+            self._checked_s = now_s
+            before = self.index
+            self.choose(now_s, full_depth_ms())
+            if self.index != before:
+                p = self.point
+                log.info("load: %.0f frames/s for analysis; operating point %d of %d (lam %.3f, expected cost "
+                         "%.0f %% of full depth, calibration accuracy %.1f %%), load %.0f %%", self.arrival_fps,
+                         self.index, len(self.points) - 1, p.lam, 100 * p.cost, 100 * p.accuracy, 100 * self.load)
+                if self.on_move is not None:
+                    self.on_move(p)
+        return self.point.policy
+
+    def choose(self, now_s: float, full_depth_ms: float) -> int:
+        """The point to use from now (and remember it)."""
+        rates = self.rates(now_s)
+        self.arrival_fps = sum(rates.values())
+        last = len(self.points) - 1
+        target = next((i for i in range(len(self.points)) if self.need(i, rates, full_depth_ms) <= self.headroom),
+                      last)
+        dropping = self._dropping(now_s)
+        if dropping:
+            self._dropped_at[self.index] = (self.arrival_fps, now_s)
+            target = max(target, min(self.index + 1, last))
         if target > self.index:  # overloaded: cheaper at once
             self.index, self._calm_since = target, None
             self.moves += 1
         elif target < self.index:
             dearer = self.index - 1
-            # not back to a point that dropped frames at this rate (else it would swing between two points)
-            remembered = arrival_fps < 0.9 * self._dropped_at.get(dearer, float("inf"))
-            if not dropping and remembered and \
-                    self.need(dearer, arrival_fps, full_depth_ms) <= self.RAISE_BELOW * self.headroom:
+            rate, when = self._dropped_at.get(dearer, (float("inf"), now_s))
+            # not back to a point that dropped frames at this rate lately (else it would swing between two)
+            allowed = now_s - when > self.MEMORY_S or self.arrival_fps < 0.9 * rate
+            if allowed and self.need(dearer, rates, full_depth_ms) <= self.RAISE_BELOW * self.headroom:
                 self._calm_since = now_s if self._calm_since is None else self._calm_since
                 if now_s - self._calm_since >= self.CALM_S:
                     self.index, self._calm_since = dearer, None
                     self.moves += 1
             else:
                 self._calm_since = None
-        self.load = self.need(self.index, arrival_fps, full_depth_ms)
+        self.load = self.need(self.index, rates, full_depth_ms)
         return self.index
 
-    def start(self, arrivals: Callable[[], int], full_depth_ms: Callable[[], float],
-              apply: Callable[[OperatingPoint], None], answered: Callable[[], int] | None = None) -> None:
-        async def run() -> None:
-            last_n, last_t = arrivals(), time.monotonic()
-            last_a = answered() if answered else 0
-            while True:
-                await asyncio.sleep(self.CHECK_S)
-                n, t = arrivals(), time.monotonic()
-                a = answered() if answered else 0
-                dt = max(t - last_t, 1e-3)
-                before = self.index
-                self.choose(t, (n - last_n) / dt, full_depth_ms(), (a - last_a) / dt if answered else None)
-                last_n, last_t, last_a = n, t, a
-                if self.index != before:
-                    p = self.point
-                    log.info("load: %.0f frames/s for analysis; operating point %d of %d (lam %.3f, expected "
-                             "cost %.0f %% of full depth, calibration accuracy %.1f %%), load %.0f %%",
-                             self.arrival_fps, self.index, len(self.points) - 1, p.lam, 100 * p.cost,
-                             100 * p.accuracy, 100 * self.load)
-                    apply(p)
-
-        self._task = asyncio.create_task(run(), name="load-governor")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+    def _dropping(self, now_s: float) -> bool:
+        drops = self._drops
+        while drops and drops[0] < now_s - self.DROP_WINDOW_S:
+            drops.popleft()
+        arrived = self.arrival_fps * self.DROP_WINDOW_S
+        if len(drops) >= max(self.DROP_MIN, self.DROP_SHARE * arrived):
+            drops.clear()  # acted on: the next step needs drops of its own
+            return True
+        return False
 
     def status(self) -> dict[str, Any]:
         return {"index": self.index, "points": len(self.points), **self.point.summary(),
                 "arrival_fps": round(self.arrival_fps, 1), "load": round(float(self.load), 3), "moves": self.moves}
-
-
-def arrivals_of(slots: Iterable[Any]) -> int:
-    """Frames put into the analysis slots so far (each slot's ``put_count``)."""
-    return sum(int(s.put_count) for s in slots)

@@ -23,13 +23,14 @@ from edge_app.budget import send_time_ms, worst_network
 from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
 from edge_app.errors import EdgeAppError
-from edge_app.governor import LoadGovernor, arrivals_of
+from edge_app.governor import LoadGovernor
 from edge_app.metrics import Metrics
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import AnalysedFrame, NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
 from models.operating import OperatingPoint, operating_points
+from models.policies import ExitPolicy
 from models.service import InferenceService, load_backend
 from streams.aiortc_adapter import (
     answer_as_dtls_server,
@@ -92,6 +93,8 @@ class Hub:
     async def start(self) -> None:
         self.service.start()
         lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
+        self.governor = await self._governor_for(self.service.backend.folder, self.policy)
+        self.engine = replace(self.engine, load=self.governor)
         for c in self.config.cameras:
             cam = RtspCamera(c.name, c.url, c.transport, c.open_timeout_s, c.read_timeout_s,
                              Backoff(c.backoff_initial_s, c.backoff_max_s))
@@ -104,30 +107,23 @@ class Hub:
             self.camera_pipelines[c.name] = pipe
         if self.config.demo.enabled:
             self._start_demo()
-        if self.config.policy.adapt_to_load:
-            await self._start_governor(self.service.backend.folder)
         log.info("policy %s; %d camera(s) configured", self.policy.name, len(self.cameras))
 
     def pipelines(self) -> list[AnalysisPipeline]:
         return [*self.camera_pipelines.values(), *(s.own_pipeline for s in self.sessions.values() if s.own_pipeline)]
 
-    async def _start_governor(self, folder: Path) -> None:
-        """The load-adaptive operating point (``edge_app.governor``) for the model in ``folder``."""
-        if self.governor is not None:
-            await self.governor.stop()
-        points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, self.policy)
-        self.governor = LoadGovernor(points, self.config.policy.load_headroom, self.config.model.workers)
-        self.governor.start(lambda: arrivals_of(p.slot for p in self.pipelines()),
-                            lambda: sum(c.median_ms for c in self.service.costs), self._use_point,
-                            lambda: sum(p.analysed for p in self.pipelines()))
-        self._use_point(points[0])
+    async def _governor_for(self, folder: Path, policy: ExitPolicy) -> LoadGovernor | None:
+        """The load-adaptive operating point (``edge_app.governor``) for the model in ``folder``: every pipeline
+        asks it for each frame's policy; None with ``[policy] adapt_to_load = false``."""
+        if not self.config.policy.adapt_to_load:
+            return None
+        points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, policy)
+        governor = LoadGovernor(points, self.config.policy.load_headroom, self.config.model.workers, self._moved)
+        self.metrics.operating_point.set(0)
+        self.metrics.operating_cost.set(points[0].cost)
+        return governor
 
-    def _use_point(self, point: OperatingPoint) -> None:
-        self.policy = point.policy
-        self.engine = replace(self.engine, policy=point.policy)
-        for pipe in self.pipelines():
-            pipe.engine = replace(pipe.engine, policy=point.policy)
-            pipe.decider.scheduler.policy = point.policy
+    def _moved(self, point: OperatingPoint) -> None:
         if self.governor is not None:
             self.metrics.operating_point.set(self.governor.index)
             self.metrics.inference_load.set(self.governor.load)
@@ -354,18 +350,17 @@ class Hub:
         backend = await loop.run_in_executor(None, load_backend, m.backend, folder, m.providers, m.threads,
                                              m.warmup_runs, m.cuda_device)
         policy = policy_from_config(self.config.policy, folder)
+        governor = await self._governor_for(folder, policy)  # the new model's own operating points
         service = InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
         service.start()
         old = self.engine
-        self.service, self.policy = service, policy
-        self.engine = Engine(service=service, policy=policy, metrics=self.metrics, media=self.media)
+        self.service, self.policy, self.governor = service, policy, governor
+        self.engine = Engine(service=service, policy=policy, metrics=self.metrics, media=self.media, load=governor)
         await asyncio.gather(*(p.use(self.engine) for p in self.pipelines()))
         for session in self.sessions.values():
             session.model_changed(service.class_names, service.num_exits, backend.manifest.name)
         await old.service.stop()
         self.metrics.set_model(backend.manifest.name, backend.providers[0])
-        if self.config.policy.adapt_to_load:
-            await self._start_governor(folder)  # the new model's own operating points
         log.info("model: now %s (%s, %d classes), policy %s", backend.manifest.name, folder, len(service.class_names),
                  policy.name)
         return service
@@ -394,8 +389,6 @@ class Hub:
             await asyncio.wait_for(asyncio.gather(*closers, return_exceptions=True), timeout)
         except TimeoutError:
             log.warning("shutdown: peers and cameras did not all close within %.1f s", timeout)
-        if self.governor is not None:
-            await self.governor.stop()
         await self.service.stop()
         self.media.shutdown(wait=False, cancel_futures=True)
         log.info("shutdown: done (%d session(s) left open)", len(self.sessions))

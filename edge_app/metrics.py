@@ -32,6 +32,14 @@ class Metrics:
                                       "them (stage: analysis = before analysis, send = before the encoder)",
                                       ["source", "stage"], registry=r)
         self.frames_analysed = Counter("edge_frames_analysed", "Frames analysed", ["source"], registry=r)
+        self.frames_answered = Counter("edge_frames_answered", "Frames answered, by whether the answer is predicted "
+                                       "to reach the viewer within total_budget_ms (on_time, late) and how (model, "
+                                       "reused: the smoothed answer because even exit 1 would be late, skipped: "
+                                       "replaced by a newer frame while busy)", ["source", "timing", "how"],
+                                       registry=r)
+        self.frames_unanswered = Counter("edge_frames_unanswered", "Frames that arrived and got no answer, by "
+                                         "reason (no-answer-yet: skipped before the first answer; error: the "
+                                         "analysis raised)", ["source", "reason"], registry=r)
         self.analysis_errors = Counter("edge_analysis_errors", "Frames whose analysis raised", ["source"],
                                        registry=r)
         self.deadline_missed = Counter("edge_deadline_missed", "Frames whose result is predicted to reach the "

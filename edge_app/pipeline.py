@@ -17,11 +17,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from edge_app.annotate import Overlay, render
 from edge_app.decide import Decider, PipelineSettings, PreparedFrame
+from edge_app.governor import LoadGovernor
 from edge_app.metrics import Metrics
 from edge_app.results import AnalysedFrame, FrameResult, NetworkView
 from edge_app.smoothing import Smoothed
@@ -30,6 +32,7 @@ from models.policies import ExitPolicy
 from models.preprocess import Region, region_box
 from models.service import InferenceService
 from streams.frames import Broadcast, LatestSlot, SlotClosed, SourceFrame
+from streams.stamp import read_stamp
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ class Engine:
     policy: ExitPolicy
     metrics: Metrics
     media: Executor  # conversion, pre-processing and RENDER: CPU work that must stay off the event loop
+    load: LoadGovernor | None = None  # the operating point per frame from the arrival rate ([policy] adapt_to_load)
 
 
 class AnalysisPipeline:
@@ -57,7 +61,7 @@ class AnalysisPipeline:
         self.network = network
         service = engine.service
         self.decider = Decider(source, service, engine.policy, settings,
-                               [ex.test_accuracy for ex in service.backend.manifest.exits])
+                               [ex.test_accuracy for ex in service.backend.manifest.exits], engine.load)
         self.outputs: Broadcast[AnalysedFrame] = Broadcast()
         self._video_subscribers: set[Subscriber] = set()
         self.analysed = 0
@@ -65,6 +69,10 @@ class AnalysisPipeline:
         self.errors = 0
         self.deadline_misses = 0
         self.reused = 0
+        # every frame that arrived: answered (on time or late; skipped ones too), or unanswered with a reason
+        self.answered = {"on_time": 0, "late": 0}
+        self.skipped = 0  # answered from the smoothed state: replaced by a newer frame while busy
+        self.unanswered = {"no-answer-yet": 0, "error": 0}
         self.last: FrameResult | None = None
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a frame is between DECIDE and publish
@@ -73,8 +81,9 @@ class AnalysisPipeline:
         # see the part of each frame the model sees (the region's square), before RENDER draws on it
         self.frame_taps: set[Callable[[int, np.ndarray], None]] = set()
         self.region: Region | None = None  # [[cameras]] region, or set through the API
-        slot.on_put = engine.metrics.frames_received.labels(metric_source).inc
+        slot.on_put = self._arrived
         slot.on_drop = engine.metrics.frames_dropped.labels(metric_source, "analysis").inc
+        slot.on_replace = self._skipped
 
     # --- subscribers ---------------------------------------------------------------------------------------
 
@@ -99,6 +108,8 @@ class AnalysisPipeline:
 
     async def stop(self) -> None:
         self.slot.close()
+        if self.engine.load is not None:
+            self.engine.load.forget(self.source)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -122,7 +133,7 @@ class AnalysisPipeline:
         self._next = None
         self.engine = engine
         self.decider = Decider(self.source, engine.service, engine.policy, self.settings,
-                               [ex.test_accuracy for ex in engine.service.backend.manifest.exits])
+                               [ex.test_accuracy for ex in engine.service.backend.manifest.exits], engine.load)
         self.last = None
         self.scored = dict.fromkeys(self.scored, 0)  # the new model's own figures
         done.set()
@@ -140,6 +151,7 @@ class AnalysisPipeline:
                 return
             self._switch()
             self._busy = True
+            t0 = time.monotonic()
             try:
                 out = await self.analyse(sf)
             except (SegmentRunError, ValueError) as exc:
@@ -147,6 +159,8 @@ class AnalysisPipeline:
                 continue
             finally:
                 self._busy = False
+            if self.engine.load is not None:  # the pipeline's own work per frame, outside inference
+                self.engine.load.own_work(self.source, (time.monotonic() - t0) * 1e3 - out.result.actual_ms)
             if out.result.error is not None:
                 self._failed(sf.seq, out.result.error, answered=True)
             self._record(out.result)
@@ -182,25 +196,67 @@ class AnalysisPipeline:
                        compute_budget_ms=p.budget.compute_ms, deadline_met=on_time,
                        roi=None if self.region is None else region_box(p.rgb.shape[0], p.rgb.shape[1], self.region))
 
+    # --- every frame that arrives ----------------------------------------------------------------------------
+
+    def _arrived(self) -> None:
+        self.engine.metrics.frames_received.labels(self.metric_source).inc()
+        if self.engine.load is not None:
+            self.engine.load.arrived(self.source, time.monotonic())
+
+    def _skipped(self, sf: SourceFrame) -> None:
+        """A frame replaced by a newer one before analysis: answered at once from the smoothed state. Behind a busy
+        pipeline that is load, and the governor hears of it; not while a model swap or a capture holds it up."""
+        load = self.engine.load
+        if load is not None and self._busy and self._next is None and not self.frame_taps:
+            load.dropped(time.monotonic())
+        stamp = read_stamp(sf.frame.to_ndarray(format="gray")) if self.settings.probe else None
+        result = self.decider.skipped_result(sf, self.network(), stamp, self.slot.dropped)
+        if result is None:
+            self.unanswered["no-answer-yet"] += 1
+            self.engine.metrics.frames_unanswered.labels(self.metric_source, "no-answer-yet").inc()
+            return
+        self._record(result)
+        self.outputs.publish(AnalysedFrame(result, classes=self.engine.service.class_names))
+
     # --- bookkeeping ---------------------------------------------------------------------------------------
 
     def _failed(self, seq: int, error: str, answered: bool) -> None:
         """Counted every time, logged the first time and then once per 300 (a broken segment fails every frame)."""
         self.errors += 1
         self.engine.metrics.analysis_errors.labels(self.metric_source).inc()
+        if not answered:
+            self.unanswered["error"] += 1
+            self.engine.metrics.frames_unanswered.labels(self.metric_source, "error").inc()
         if self.errors == 1 or self.errors % 300 == 0:
             what = "answered from an earlier exit" if answered else "not analysed"
             log.error("%s: frame %d %s (%d failures so far): %s", self.source, seq, what, self.errors, error)
 
-    def _record(self, r: FrameResult) -> None:
-        m, src = self.engine.metrics, self.metric_source
-        self.analysed += 1
-        self.last = r
+    def _score(self, r: FrameResult) -> None:
         if r.truth is not None:  # a labelled source: live accuracy, for /status and the page
             self.scored["frames"] += 1
             self.scored["raw_frames"] += r.raw_correct is not None
             self.scored["raw_correct"] += bool(r.raw_correct)
             self.scored["smoothed_correct"] += bool(r.smoothed_correct)
+
+    def counts(self) -> dict[str, Any]:
+        """Every frame that arrived, as users see it: answered on time / late (of which skipped: the smoothed
+        answer for a frame replaced while busy), or unanswered with its reason; they add up to ``arrived``."""
+        return {"arrived": self.slot.put_count, "on_time": self.answered["on_time"], "late": self.answered["late"],
+                "skipped": self.skipped, "reused": self.reused, "unanswered": dict(self.unanswered),
+                "pending": self.slot.put_count - sum(self.answered.values()) - sum(self.unanswered.values())}
+
+    def _record(self, r: FrameResult) -> None:
+        m, src = self.engine.metrics, self.metric_source
+        timing = "on_time" if r.deadline_met else "late"
+        self.answered[timing] += 1
+        m.frames_answered.labels(src, timing, "skipped" if r.skipped else "reused" if r.reused else "model").inc()
+        if r.skipped is not None:
+            self.skipped += 1
+            self._score(r)
+            return
+        self.analysed += 1
+        self.last = r
+        self._score(r)
         m.frames_analysed.labels(src).inc()
         if r.reused:
             self.reused += 1

@@ -54,6 +54,7 @@ class FrameResult:
     dropped_stale: int  # frames of this source dropped before analysis, so far
     error: str | None = None  # a later segment failed; the answer comes from the exits before it
     reused: bool = False  # no exit ran (exit 0): even exit 1 would have been late, the smoothed answer so far
+    skipped: str | None = None  # why it was answered unanalysed: "stale" (a newer frame replaced it while busy)
     frame_size: tuple[int, int] = (0, 0)  # (width, height) as decoded: a browser lowers it when bits are short
     truth: str | None = None  # the label a labelled source says the frame shows (the demo camera)
     raw_correct: bool | None = None  # the raw answer names it (None: no truth, or reused)
@@ -83,6 +84,8 @@ class FrameResult:
             out["truth"] = self.truth_json()
         if self.error is not None:
             out["error"] = self.error
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
         return out
 
     def to_json(self, class_names: list[str]) -> dict[str, Any]:
@@ -110,6 +113,7 @@ class FrameResult:
             "dropped_stale": self.dropped_stale,
             "error": self.error,
             "reused": self.reused,
+            "skipped": self.skipped,
             "frame_size": list(self.frame_size),
             "truth": None if self.truth is None else self.truth_json(),
             "detail": True,

@@ -67,8 +67,8 @@ class FrameScheduler:
         lo, hi = depth_window(self._previous_exits_run, fit if self.truncate else n, n, self.max_depth_step)
         return ExitPlan(horizon=fit, min_exits=lo, max_exits=hi, predicted_ms=tuple(predicted))
 
-    def request(self, x: np.ndarray, plan: ExitPlan) -> ChainRequest:
-        return ChainRequest(x=x, policy=self.policy, min_exits=plan.min_exits, max_exits=plan.max_exits)
+    def request(self, x: np.ndarray, plan: ExitPlan, policy: ExitPolicy | None = None) -> ChainRequest:
+        return ChainRequest(x=x, policy=policy or self.policy, min_exits=plan.min_exits, max_exits=plan.max_exits)
 
     def decision(self, plan: ExitPlan, outcome: ChainOutcome, compute_budget_ms: float) -> FrameDecision:
         ran = len(outcome.results)
@@ -79,10 +79,12 @@ class FrameScheduler:
                              compute_budget_ms=compute_budget_ms, deadline_met=outcome.actual_ms <= compute_budget_ms,
                              segments_ms=tuple(r.segment_ms for r in outcome.results), error=outcome.error)
 
-    async def analyse(self, x: np.ndarray, compute_budget_ms: float) -> FrameDecision:
-        """Plan, run in the service's inference thread, decide."""
+    async def analyse(self, x: np.ndarray, compute_budget_ms: float, policy: ExitPolicy | None = None
+                      ) -> FrameDecision:
+        """Plan, run in the service's inference thread, decide (with ``policy``, this frame's operating point,
+        when given; else the scheduler's own)."""
         plan = self.plan(compute_budget_ms)
-        return self.decision(plan, await self.service.run(self.request(x, plan)), compute_budget_ms)
+        return self.decision(plan, await self.service.run(self.request(x, plan, policy)), compute_budget_ms)
 
     def analyse_now(self, x: np.ndarray, compute_budget_ms: float) -> FrameDecision:
         """The same in the calling thread (offline tools and benchmarks that run frame by frame)."""

@@ -48,6 +48,7 @@ class LatestSlot(Generic[T]):
         self._closed = False
         self.on_put: Callable[[], None] | None = None  # hooks for metrics
         self.on_drop: Callable[[], None] | None = None
+        self.on_replace: Callable[[T], None] | None = None  # gets each item replaced before anyone took it
         self.put_count = 0
         self.dropped = 0
 
@@ -55,7 +56,10 @@ class LatestSlot(Generic[T]):
         if self._closed:
             return
         if self._item is not None:
+            old = self._item
             self.drop()
+            if self.on_replace is not None:
+                self.on_replace(old)
         self._item = item
         self.put_count += 1
         if self.on_put is not None:

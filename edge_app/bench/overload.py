@@ -18,14 +18,14 @@ from typing import Any
 from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
-from edge_app.governor import LoadGovernor, arrivals_of
+from edge_app.governor import LoadGovernor
 from edge_app.hub import DEMO_FRAMES
 from edge_app.metrics import Metrics
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES
-from models.operating import OperatingPoint, operating_points
+from models.operating import operating_points
 from models.runtime import ModelRuntime
 from models.service import InferenceService
 from streams.demo import DemoCamera
@@ -40,8 +40,10 @@ async def _run(cfg: AppConfig, rt: ModelRuntime, segment_ms: Sequence[float], st
     service = InferenceService(device, 1, cfg.model.cost_window)
     policy = policy_from_config(cfg.policy, cfg.model_path)
     media = ThreadPoolExecutor(2, thread_name_prefix="media")
+    governor = LoadGovernor(operating_points(cfg.model_path, policy), cfg.policy.load_headroom, 1) if adaptive \
+        else None
     engine = Engine(service=service, policy=policy, metrics=Metrics(rt.manifest.name, rt.providers, rt.num_exits),
-                    media=media)
+                    media=media, load=governor)
     settings = PipelineSettings(budget=cfg.budget, smoothing=cfg.smoothing, truncate=True, probe=False,
                                 uplink_from_frames=False)
     view = NetworkView(snapshot(RttEstimator(30.0), BitrateEstimator(5e6)), JSON_RESULT_BYTES)
@@ -54,17 +56,6 @@ async def _run(cfg: AppConfig, rt: ModelRuntime, segment_ms: Sequence[float], st
         pipes.append(AnalysisPipeline(cam.name, cam.name, cam.slot, engine, settings, lambda: view))
     for p in pipes:
         p.start()
-    governor = None
-    if adaptive:
-        points = operating_points(cfg.model_path, policy)
-        governor = LoadGovernor(points, cfg.policy.load_headroom, 1)
-
-        def use(point: OperatingPoint) -> None:
-            for p in pipes:
-                p.decider.scheduler.policy = point.policy
-
-        governor.start(lambda: arrivals_of(p.slot for p in pipes), lambda: sum(c.median_ms for c in service.costs),
-                       use, lambda: sum(p.analysed for p in pipes))
     await asyncio.sleep(8.0)  # settle (the governor's first moves, the running costs)
     start = [(c.frames, p.analysed, p.deadline_misses, dict(p.scored), p.reused, list(service.segment_runs))
              for c, p in zip(cams, pipes, strict=True)]
@@ -80,8 +71,6 @@ async def _run(cfg: AppConfig, rt: ModelRuntime, segment_ms: Sequence[float], st
                      "scored": p.scored["frames"] - s0["frames"]})
     runs = [a - b for a, b in zip(service.segment_runs, start[0][5], strict=True)]
     status = governor.status() if governor else None
-    if governor:
-        await governor.stop()
     for p in pipes:
         await p.stop()
     for cam in cams:
