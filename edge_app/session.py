@@ -96,6 +96,7 @@ class PeerSession:
         self.reader: TrackReader | None = None  # feeds own_pipeline
         self.watched: AnalysisPipeline | None = None  # the pipeline whose output this session gets
         self.results_sent = 0
+        self.results_not_sent = 0  # the data channel was not open or its buffer was full
         self.bad_messages = 0
         self.timed_out = False
         self._fps = 0.0
@@ -254,7 +255,7 @@ class PeerSession:
             if self.video_rate is not None and self.video_rate.picture_bps is None:
                 self.video_rate.set_picture(frame.width, frame.height)
             self.outbound.offer(frame)
-        if self.own_pipeline is not None and self.watched is self.own_pipeline:
+        if self.own_pipeline is not None and self.watched is self.own_pipeline and af.result.skipped is None:
             b = af.result.budget  # late_ms discounts a step in the path's delay; arrival shows a queue's growth
             net = af.result.network
             request = self.uplink.update(time.monotonic(), b.late_ms, af.result.frame_size[1],
@@ -269,6 +270,7 @@ class PeerSession:
         if ch is None:
             return
         if ch.readyState != "open" or ch.bufferedAmount > MAX_BUFFERED_BYTES:
+            self.results_not_sent += 1
             self._on_result_dropped()
             return
         now = time.monotonic()
@@ -283,6 +285,7 @@ class PeerSession:
         if self._send(msg):
             self.results_sent += 1
         else:
+            self.results_not_sent += 1
             self._on_result_dropped()
 
     def _on_message(self, message: object) -> None:
@@ -479,6 +482,8 @@ class PeerSession:
             "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
             "frames_rendered": self.own_pipeline.rendered if self.own_pipeline else None,
             "frames_dropped_stale": self.own_pipeline.slot.dropped if self.own_pipeline else None,
+            "frames": self.own_pipeline.counts() if self.own_pipeline else None,
+            "results_not_sent": self.results_not_sent,
             "bad_messages": self.bad_messages,
             "send_errors": self.send_errors,
             "timed_out": self.timed_out,
