@@ -410,7 +410,7 @@ class Hub:
             "reconnects": cam.reconnects, "connects": cam.connects,
             "last_error": None if cam.last_error is None else redact(cam.last_error),
             "resolution": cam.resolution, "frames_analysed": pipe.analysed, "frames_dropped_stale": pipe.slot.dropped,
-            "analysis_errors": pipe.errors, "deadline_misses": pipe.deadline_misses, "frames": pipe.counts(),
+            "analysis_errors": pipe.errors, "deadline_misses": pipe.deadline_misses, "answers": pipe.counts(),
             "viewers": sum(1 for s in self.sessions.values() if s.camera == name),
             "frames_rendered": pipe.rendered,
             "region": None if pipe.region is None else list(pipe.region),

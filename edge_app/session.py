@@ -482,7 +482,7 @@ class PeerSession:
             "frames_analysed": self.own_pipeline.analysed if self.own_pipeline else None,
             "frames_rendered": self.own_pipeline.rendered if self.own_pipeline else None,
             "frames_dropped_stale": self.own_pipeline.slot.dropped if self.own_pipeline else None,
-            "frames": self.own_pipeline.counts() if self.own_pipeline else None,
+            "answers": self.own_pipeline.counts() if self.own_pipeline else None,
             "results_not_sent": self.results_not_sent,
             "bad_messages": self.bad_messages,
             "send_errors": self.send_errors,

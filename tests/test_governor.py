@@ -17,7 +17,7 @@ DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "models" / "default"
 
 def feed(g: LoadGovernor, source: str, fps: float, t0: float, t1: float) -> None:
     """``source``'s frames arriving at ``fps`` from ``t0`` to ``t1``."""
-    n = int(round((t1 - t0) * fps))
+    n = round((t1 - t0) * fps)
     for k in range(n):
         g.arrived(source, t0 + k / fps)
 

@@ -113,7 +113,7 @@ def test_good_network_accuracy_is_split_at_each_recovery() -> None:
               frame(30.0, 150, False, 1),  # bad: in neither
               frame(40.5, 20, False, 1), frame(40.0 + RECOVERY_S - 0.1, 20, True, 0),  # just after it came back
               frame(40.0 + RECOVERY_S + 0.1, 20, True, 2)]  # settled again
-    s = summarise(frames, 0, step, 300.0)
+    s = summarise(frames, {"unanswered": 0}, step, 300.0)
     assert s["frames_recovering"] == 2 and s["accuracy_recovering"] == 0.5 and s["reused_recovering"] == 1
     assert s["accuracy_settled"] == 1.0 and s["mean_exits_run_settled"] == pytest.approx(8 / 3)
     assert s["accuracy_good"] == pytest.approx(4 / 5)
@@ -132,7 +132,7 @@ def test_stage_latency_is_also_given_per_phase() -> None:
 
     # a policy that analyses more frames while the path is slow: its overall median comes from the bad phase
     frames = [frame(5.0 + i, 20, 47.0) for i in range(2)] + [frame(25.0 + i, 150, 112.0) for i in range(3)]
-    s = summarise(frames, 0, step, 300.0)
+    s = summarise(frames, {"unanswered": 0}, step, 300.0)
     assert s["to_server_p50_ms"] == 112.0
     assert (s["to_server_p50_good_ms"], s["to_server_p50_bad_ms"]) == (47.0, 112.0)
     assert s["server_p50_good_ms"] == s["server_p50_bad_ms"] == 30.0

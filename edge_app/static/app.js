@@ -225,6 +225,7 @@ function onMessage(channel, data) {
   if (msg.type !== "result") return;
   if (edge.probe) {
     msg.arrival_ms = probe.wallMs();
+    if (msg.stamp !== undefined && msg.stamp !== null) msg.stamp_abs = probe.absoluteCounter(edge.probe, msg.stamp);
     if (edge.probe.results.length < PROBE_KEEP) edge.probe.results.push(msg);
   }
   edge.results += 1;
@@ -305,6 +306,9 @@ async function pollStats() {
     if (s.type === "remote-inbound-rtp" && s.kind === "video" && s.roundTripTime !== undefined) rtt = 1000 * s.roundTripTime;
     if (s.type === "candidate-pair" && s.nominated && s.currentRoundTripTime !== undefined && rtt === null) rtt = 1000 * s.currentRoundTripTime;
     if (s.type === "inbound-rtp" && s.kind === "video") { edge.framesDecoded = s.framesDecoded || 0; edge.videoFps = s.framesPerSecond ?? null; }
+    if (s.type === "outbound-rtp" && s.kind === "video" && edge.probe) {
+      edge.probe.stats.push([probe.wallMs(), edge.probe.count, s.framesEncoded || 0, s.framesSent || 0]);
+    }
   });
   edge.browserRttMs = rtt;
   if (edge.matcher) edge.matcher.rtt(rtt);

@@ -44,9 +44,20 @@ function drawStamp(ctx, w, h, value) {
 export function wallMs() { return performance.timeOrigin + performance.now(); }
 
 export function newProbe() {
-  // sent[c] = [stamped at (wall ms), source stamp or null]; results: result messages with arrival_ms;
-  // displays: [counter, displayed at (wall ms)] of annotated frames as they were shown
-  return { sent: new Array(STAMP_MOD).fill(null), count: 0, results: [], displays: [], errors: [] };
+  // sent[c] = [stamped at (wall ms), source stamp or null] by counter (mod 2^14: it wraps after ~9 minutes);
+  // log: [absolute counter, stamped at, source stamp] of every frame stamped, the denominator of what users see;
+  // results: result messages with arrival_ms (and stamp_abs, the absolute counter, resolved on arrival);
+  // displays: [absolute counter, displayed at (wall ms)] of annotated frames as they were shown;
+  // stats: [wall ms, frames stamped, framesEncoded, framesSent] of the browser's video sender, about once a second
+  return { sent: new Array(STAMP_MOD).fill(null), count: 0, log: [], results: [], displays: [], stats: [],
+           errors: [] };
+}
+
+// The absolute counter of a stamp read back now: the latest frame stamped with that value (results and frames
+// come back within seconds; the 14-bit counter wraps after ~9 minutes).
+export function absoluteCounter(probe, stamp) {
+  const last = probe.count - 1;
+  return last - ((((last - stamp) % STAMP_MOD) + STAMP_MOD) % STAMP_MOD);
 }
 
 // A track that carries the camera's frames with the page's counter stamped in (Chrome's insertable streams).
@@ -70,7 +81,9 @@ export function stampedTrack(track, probe) {
       const c = probe.count % STAMP_MOD;
       probe.count += 1;
       drawStamp(ctx, w, h, c);
-      probe.sent[c] = [wallMs(), source];
+      const at = wallMs();
+      probe.sent[c] = [at, source];
+      probe.log.push([probe.count - 1, at, source]);
       const out = new VideoFrame(canvas, { timestamp: frame.timestamp });
       frame.close();
       controller.enqueue(out);
@@ -105,7 +118,9 @@ export function watchDisplay(video, probe) {
     if (canvas.width !== cw || canvas.height !== h) { canvas.width = cw; canvas.height = h; }
     ctx.drawImage(video, 0, 0, cw, h, 0, 0, cw, h);
     const c = readStampColumn(ctx.getImageData(0, 0, cw, h).data, cw, h);
-    if (c !== null && c !== last) probe.displays.push([c, performance.timeOrigin + meta.expectedDisplayTime]);
+    if (c !== null && c !== last) {
+      probe.displays.push([absoluteCounter(probe, c), performance.timeOrigin + meta.expectedDisplayTime]);
+    }
     last = c;
     video.requestVideoFrameCallback(onFrame);
   };
@@ -117,7 +132,7 @@ export function probeLatencies(probe) {
   const pct = (xs, q) => { if (!xs.length) return null; const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(q * s.length))]; };
   const toResult = [], toDisplay = [];
   for (const r of probe.results) { const s = r.stamp !== null && probe.sent[r.stamp]; if (s) toResult.push(r.arrival_ms - s[0]); }
-  for (const [c, t] of probe.displays) { const s = probe.sent[c]; if (s) toDisplay.push(t - s[0]); }
+  for (const [c, t] of probe.displays) { const s = probe.log[c]; if (s) toDisplay.push(t - s[1]); }
   return { result_p50: pct(toResult, 0.5), result_p95: pct(toResult, 0.95), display_p50: pct(toDisplay, 0.5),
            display_p95: pct(toDisplay, 0.95), results: toResult.length, displays: toDisplay.length };
 }

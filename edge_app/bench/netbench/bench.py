@@ -132,8 +132,12 @@ class AppliedDelay:
 
 
 def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, duration: float, video: LabelledVideo,
-                  total_ms: float) -> tuple[list[FrameRecord], int]:
-    """Per-frame records of the frames stamped within the trace; and how many such frames had no result."""
+                  total_ms: float) -> tuple[list[FrameRecord], dict[str, int]]:
+    """Per-frame records of the frames stamped within the trace that got a result; and every frame stamped there,
+    counted as users see it: ``sent`` (stamped by the page: the denominator), ``unanswered``, of which
+    ``not_sent`` (the browser's encoder never sent them: it was asked for fewer frames, or its own rate control
+    dropped them; from its ``framesSent``) and ``lost`` (sent, but no answer came back: lost on the path, not
+    decoded, or the answer itself lost)."""
     sent = {c: (t, src) for c, t, src in page["sent"]}
     displayed: dict[int, float] = {}
     for c, t in page["displays"]:
@@ -142,7 +146,7 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
     out: list[FrameRecord] = []
     answered: set[int] = set()
     for r in page["results"]:
-        c = r.get("stamp")
+        c = r.get("stamp_abs", r.get("stamp"))
         if c is None or c not in in_window or c in answered:
             continue
         t_ms, src = sent[c]
@@ -159,9 +163,25 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
             answer=r["raw"]["class"], smoothed=r["smoothed"]["class"], to_result_ms=to_result,
             to_display_ms=None if shown is None else shown - t_ms, to_server_ms=r["arrived_unix_ms"] - t_ms,
             server_ms=r["latency_ms"], hit=to_result <= total_ms, late_ms=r["budget"]["late_ms"],
-            frame_height=int(r.get("frame_size", [0, 0])[1]), bitrate_bps=float(r["network"].get("bitrate_bps", 0))))
+            frame_height=int(r.get("frame_size", [0, 0])[1]), bitrate_bps=float(r["network"].get("bitrate_bps", 0)),
+            skipped=bool(r.get("skipped"))))
     out.sort(key=lambda f: f.t_s)
-    return out, len(in_window) - len(answered)
+    unanswered = len(in_window) - len(answered)
+    not_sent = min(unanswered, max(0, len(in_window) - frames_sent_between(page.get("stats", []), in_window, sent)))
+    return out, {"sent": len(in_window), "unanswered": unanswered, "not_sent": not_sent,
+                 "lost": unanswered - not_sent}
+
+
+def frames_sent_between(stats: list[list[float]], window: set[int], sent: dict[int, tuple[float, Any]]) -> int:
+    """How many of the frames stamped in ``window`` the browser's encoder sent: its ``framesSent`` between the
+    window's first and last stamping times, interpolated between the page's samples (about one a second). Without
+    samples, all of them."""
+    if not window or len(stats) < 2:
+        return len(window)
+    times = [s[0] for s in stats]
+    counts = [s[3] for s in stats]
+    first, last = sent[min(window)][0], sent[max(window)][0]
+    return round(float(np.interp(last, times, counts) - np.interp(first, times, counts))) + 1
 
 
 def session_start_ms(page: dict[str, Any]) -> float | None:
@@ -250,9 +270,10 @@ def run_one(ns: netns.Namespaces | None, trace_path: Path, trace: Trace, policy:
     page = json.loads((out / "page.json").read_text())
     applied = AppliedDelay(bridge_log)
     video = demo_video(opts.video_npz, opts.video_images)
-    frames, unanswered = frame_records(page, applied, t0, trace.duration_s, video, opts.total_budget_ms)
+    frames, counts = frame_records(page, applied, t0, trace.duration_s, video, opts.total_budget_ms)
     write_frames_csv(frames, out / "frames.csv")
-    summary = summarise(frames, unanswered, trace, opts.total_budget_ms)
+    (out / "counts.json").write_text(json.dumps(counts))
+    summary = summarise(frames, counts, trace, opts.total_budget_ms)
     summary["bridge"] = applied.summary
     summary["session_start_ms"] = session_start_ms(page)
     if frames:
@@ -270,7 +291,11 @@ def retabulate(out: Path, traces: list[str], policies: list[str], opts: BenchOpt
         per: dict[str, dict[str, Any]] = {}
         for pol in policies:
             frames = read_frames_csv(out / stem / SLUG[pol] / "frames.csv")
-            per[pol] = {**summarise(frames, old[pol]["unanswered"], trace, opts.total_budget_ms),
+            counts_file = out / stem / SLUG[pol] / "counts.json"
+            gone = old[pol]["unanswered"]
+            counts = json.loads(counts_file.read_text()) if counts_file.exists() else \
+                {"sent": old[pol].get("sent", len(frames) + gone), "unanswered": gone}
+            per[pol] = {**summarise(frames, counts, trace, opts.total_budget_ms),
                         "bridge": old[pol].get("bridge"), "session_start_ms": old[pol].get("session_start_ms")}
             if frames:
                 run_dir = out / stem / SLUG[pol]

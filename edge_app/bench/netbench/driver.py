@@ -31,7 +31,7 @@ CHROMIUM_ARGS = [
 
 COLLECT = """() => ({
   error: edge.error, state: edge.state, session: edge.session, probeErrors: edge.probe ? edge.probe.errors : null,
-  sent: edge.probe ? edge.probe.sent.map((s, c) => s && [c, s[0], s[1]]).filter((s) => s) : [],
+  sent: edge.probe ? edge.probe.log : [], stats: edge.probe ? edge.probe.stats : [],
   results: edge.probe ? edge.probe.results : [], displays: edge.probe ? edge.probe.displays : [],
   latency: edge.probeLatencies(),
 })"""

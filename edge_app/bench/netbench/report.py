@@ -39,6 +39,7 @@ class FrameRecord:
     late_ms: float = 0.0  # budget.late_ms (0 when read from a frames.csv written before it existed)
     frame_height: int = 0  # of the frame as decoded at the server (0: a frames.csv from before it was recorded)
     bitrate_bps: float = 0.0  # the server's send bitrate when it ran the frame (encoder target, or its prior)
+    skipped: bool = False  # answered from the smoothed state: a newer frame replaced it at the server while busy
 
     @property
     def correct(self) -> bool:
@@ -81,9 +82,16 @@ def misses_text(frames: list[FrameRecord], trace: Trace, total_ms: float) -> str
     return "\n".join(out) + "\n"
 
 
-def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms: float) -> dict[str, Any]:
+def summarise(frames: list[FrameRecord], counts: dict[str, int], trace: Trace, total_ms: float) -> dict[str, Any]:
+    """``counts``: every frame the page stamped in the window (``sent``: the denominator of the on-time rate),
+    and why those without an answer had none (``frame_records``)."""
+    unanswered = counts["unanswered"]
+    sent = counts.get("sent", len(frames) + unanswered)
+    every = {"sent": sent, "unanswered": unanswered, "not_sent": counts.get("not_sent"), "lost": counts.get("lost"),
+             "on_time_of_sent": sum(f.hit for f in frames) / sent if sent else None,
+             "late": sum(not f.hit for f in frames), "skipped": sum(f.skipped for f in frames)}
     if not frames:
-        return {"frames": 0, "unanswered": unanswered}
+        return {"frames": 0, **every}
     good_rtt = min(s.rtt_ms for s in trace.steps)
     good = [f for f in frames if f.applied_rtt_ms <= good_rtt + 1e-6]
     bad = [f for f in frames if f.applied_rtt_ms > good_rtt + 1e-6]
@@ -110,7 +118,7 @@ def summarise(frames: list[FrameRecord], unanswered: int, trace: Trace, total_ms
         return float(np.median(heights)) if heights else None
 
     return {
-        "frames": len(frames), "unanswered": unanswered,
+        "frames": len(frames), **every,
         "deadline_hit_rate": float(np.mean([f.hit for f in frames])),
         "accuracy": acc(frames), "accuracy_good": acc(good), "accuracy_bad": acc(bad),
         # good network split: the RECOVERY_S after the path came back, and the rest (settled)
@@ -206,7 +214,7 @@ def plot_run(frames: list[FrameRecord], trace: Trace, policy: str, total_ms: flo
     for a in ax:
         for w in trace.worsenings():
             a.axvline(w, color="#fca5a5", lw=0.8)
-    s = summarise(frames, 0, trace, total_ms)
+    s = summarise(frames, {"unanswered": 0}, trace, total_ms)
     fig.suptitle(f"{policy} on {Path(trace.name).stem}: deadline hit {100 * s['deadline_hit_rate']:.1f} %, "
                  f"accuracy {100 * s['accuracy']:.1f} %, mean compute {s['mean_compute_ms']:.1f} ms")
     fig.tight_layout()
@@ -264,29 +272,36 @@ def fmt(v: float | None, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
-    head = ("| policy | frames | deadline hit % | hit % (good / bad) | accuracy % | accuracy good / bad % "
+    """Every frame the browser stamped is in the first columns' denominator ("frames sent"); the hit rates after
+    them are of answered frames, for the phases."""
+    head = ("| policy | frames sent | answered on time % of sent | late | unanswered (not sent by the browser / "
+            "lost) | skipped at the server (answered from the smoothed state) "
+            "| hit % of answered | hit % of answered (good / bad) | accuracy % | accuracy good / bad % "
             "| mean compute ms | mean exit (good / bad) | misses in 1st s after worsening | result p50 / p95 ms "
-            "| display p50 / p95 ms | no result | misses (with exit 1 alone) | misses no policy could avoid "
+            "| display p50 / p95 ms | misses (with exit 1 alone) | misses no policy could avoid "
             "| answers reused |")
-    rows = [head, "|" + "---|" * 15]
+    rows = [head, "|" + "---|" * 18]
     for name, s in results.items():
+        every = (f"| {name} | {s.get('sent', '–')} | {fmt(s.get('on_time_of_sent'), 100)} | {s.get('late', '–')} | "
+                 f"{s.get('unanswered', '–')} ({s.get('not_sent', '–')} / {s.get('lost', '–')}) | "
+                 f"{s.get('skipped', '–')} ")
         if not s.get("frames"):
-            rows.append(f"| {name} | 0 | – | – | – | – | – | – | – | – | – | {s.get('unanswered', '–')} | – | – | – |")
+            rows.append(every + "| – " * 12 + "|")
             continue
         rows.append(
-            f"| {name} | {s['frames']} | {fmt(s['deadline_hit_rate'], 100)} | {fmt(s['hit_rate_good'], 100)} / "
+            every + f"| {fmt(s['deadline_hit_rate'], 100)} | {fmt(s['hit_rate_good'], 100)} / "
             f"{fmt(s['hit_rate_bad'], 100)} | {fmt(s['accuracy'], 100)} | {fmt(s['accuracy_good'], 100)} / "
             f"{fmt(s['accuracy_bad'], 100)} | {fmt(s['mean_compute_ms'])} | {fmt(s['mean_exit_good'], 1, 2)} / "
             f"{fmt(s['mean_exit_bad'], 1, 2)} | {s['misses_after_worsening']} of {s['frames_after_worsening']} | "
             f"{fmt(s['to_result_p50_ms'], 1, 0)} / {fmt(s['to_result_p95_ms'], 1, 0)} | "
-            f"{fmt(s['to_display_p50_ms'], 1, 0)} / {fmt(s['to_display_p95_ms'], 1, 0)} | {s['unanswered']} | "
+            f"{fmt(s['to_display_p50_ms'], 1, 0)} / {fmt(s['to_display_p95_ms'], 1, 0)} | "
             f"{s['misses']} ({s['misses_exit1_only']}) | {s['misses_unavoidable']} | {s.get('reused', 0)} |")
     return "\n".join(rows)
 
 
 def read_frames_csv(path: Path) -> list[FrameRecord]:
     kinds = {"counter": int, "exit": int, "exits_run": int, "horizon": int, "label": int, "answer": int,
-             "frame_height": int,
+             "frame_height": int, "skipped": lambda v: v == "True",
              "smoothed": int, "rtt_from_prior": lambda v: v == "True", "hit": lambda v: v == "True",
              "to_display_ms": lambda v: None if v in ("", "None") else float(v)}
     with path.open() as f:
