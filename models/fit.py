@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 POLICY_FORMAT = 1
 LOSS_KINDS = ("error", "one-minus-confidence")
+STATISTICS = ("confidence", "margin")  # what an exit's state bins: its max softmax, or top-1 minus top-2
 MIN_LOSS = 1e-6
 ANSWER_PRIOR = 5.0  # frames' weight of exit j's error given its own state, in its error given (s_j, s_k)
 
@@ -65,6 +66,7 @@ class FittedChain:
     loss_kind: str
     agreement: bool = False  # state = (confidence bin, agrees with the previous exit's class)
     answer_loss: np.ndarray | None = None  # (n, n, m, m): error of exit j given s_j and the last exit k's s_k
+    statistic: str = "confidence"  # what the bins are of (``STATISTICS``)
 
     @property
     def bins(self) -> int:
@@ -72,13 +74,27 @@ class FittedChain:
         return int(self.bin_edges.shape[1] + 1)
 
 
-def states_of(probs: np.ndarray, bin_edges: np.ndarray, agreement: bool = False) -> np.ndarray:
+def statistic_of(probs: np.ndarray, kind: str = "confidence") -> np.ndarray:
+    """(..., C) softmax -> (...) the statistic an exit's state bins: "confidence" (max softmax) or "margin" (top-1
+    minus top-2: a confident exit torn between two classes has a small margin)."""
+    if kind == "confidence":
+        out: np.ndarray = probs.max(-1)
+        return out
+    if kind != "margin":
+        raise ValueError(f"statistic {kind!r} is not one of {STATISTICS}")
+    top2 = np.partition(probs, -2, axis=-1)[..., -2:]
+    margin: np.ndarray = top2[..., 1] - top2[..., 0]
+    return margin
+
+
+def states_of(probs: np.ndarray, bin_edges: np.ndarray, agreement: bool = False, statistic: str = "confidence"
+              ) -> np.ndarray:
     """(N, n, C) softmax traces -> (N, n) state index, exactly as the online policy computes it.
 
-    The state is exit k's confidence bin; with ``agreement`` it is ``bin + bins * a`` where ``a`` says
+    The state is exit k's bin of ``statistic``; with ``agreement`` it is ``bin + bins * a`` where ``a`` says
     whether exit k's class equals exit k-1's (always 0 at the first exit).
     """
-    conf = probs.max(-1)
+    conf = statistic_of(probs, statistic)
     states = np.stack([np.searchsorted(bin_edges[k], conf[:, k], side="right") for k in range(conf.shape[1])], 1)
     if agreement:
         labels = probs.argmax(-1)
@@ -97,8 +113,11 @@ def normalised_costs(costs_ms: Sequence[float]) -> np.ndarray:
 
 
 def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], bins: int = 8,
-              loss_kind: str = "error", laplace: float = 1.0, agreement: bool = False) -> FittedChain:
-    """Estimate the chain from traces ``probs`` (N, n, C) with labels (N,)."""
+              loss_kind: str = "error", laplace: float = 1.0, agreement: bool = False,
+              statistic: str = "confidence", isotonic: bool = False) -> FittedChain:
+    """Estimate the chain from traces ``probs`` (N, n, C) with labels (N,). ``statistic``: what the bins are of;
+    ``isotonic``: each exit's calibrated error is made non-increasing in its statistic (pool adjacent violators,
+    weighted by the bins' frames), so a noisy bin cannot say a surer exit is worse."""
     if loss_kind not in LOSS_KINDS:
         raise ValueError(f"loss_kind {loss_kind!r} is not one of {LOSS_KINDS}")
     if bins < 1:
@@ -106,11 +125,11 @@ def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], 
     n_frames, n, _ = probs.shape
     if len(costs_ms) != n:
         raise ValueError(f"{len(costs_ms)} costs for {n} exits")
-    conf = probs.max(-1)
+    conf = statistic_of(probs, statistic)
     correct = probs.argmax(-1) == labels[:, None]
     qs = np.arange(1, bins) / bins
     edges = np.stack([np.quantile(conf[:, k], qs) for k in range(n)]) if bins > 1 else np.zeros((n, 0))
-    states = states_of(probs, edges, agreement)
+    states = states_of(probs, edges, agreement, statistic)
     n_bins = bins
     bins = n_bins * (2 if agreement else 1)
     p1 = np.bincount(states[:, 0], minlength=bins) + laplace * (np.arange(bins) < n_bins)
@@ -129,10 +148,29 @@ def fit_chain(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], 
                 loss[k, s] = (np.count_nonzero(~correct[mask, k]) + 2 * exit_error[k]) / (np.count_nonzero(mask) + 2)
             else:
                 loss[k, s] = (1 - conf[mask, k]).mean() if mask.any() else 1 - (s % n_bins + 0.5) / n_bins
+    if isotonic and loss_kind == "error":
+        for k in range(n):
+            for block in range(bins // n_bins):
+                sl = slice(block * n_bins, (block + 1) * n_bins)
+                seen = np.bincount(states[:, k], minlength=bins)[sl] + 2.0
+                loss[k, sl] = non_increasing(loss[k, sl], seen)
     loss = np.maximum(loss, MIN_LOSS)
     answer = answer_losses(states, correct, bins, exit_error)
     log.debug("fitted chain on %d frames: %d exits, %d bins", n_frames, n, bins)
-    return FittedChain(edges, p1, trans, loss, normalised_costs(costs_ms), loss_kind, agreement, answer)
+    return FittedChain(edges, p1, trans, loss, normalised_costs(costs_ms), loss_kind, agreement, answer, statistic)
+
+
+def non_increasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The weighted least-squares non-increasing fit of ``values`` (pool adjacent violators; a dozen lines, not a
+    scikit-learn dependency)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for v, w in zip(values, weights, strict=True):
+        blocks.append([float(v), float(w), 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            m2, w2, c2 = blocks.pop()
+            m1, w1, c1 = blocks.pop()
+            blocks.append([(m1 * w1 + m2 * w2) / (w1 + w2), w1 + w2, c1 + c2])
+    return np.concatenate([np.full(int(c), m) for m, _, c in blocks])
 
 
 def answer_losses(states: np.ndarray, correct: np.ndarray, m: int, exit_error: np.ndarray) -> np.ndarray:
@@ -158,7 +196,7 @@ def answer_losses(states: np.ndarray, correct: np.ndarray, m: int, exit_error: n
 def build_policy(chain: FittedChain, lam: float, min_exit: int = 1) -> DynamicIndex:
     sols = solve_horizons(chain.p1, list(chain.transitions), chain.loss, chain.cost, lam)
     return DynamicIndex(chain.bin_edges, sols, agreement=chain.agreement, answer_loss=chain.answer_loss,
-                        min_exit=min_exit)
+                        min_exit=min_exit, statistic=chain.statistic)
 
 
 # --- choosing lam ----------------------------------------------------------------------------------------------
@@ -217,6 +255,7 @@ def save_policy(folder: Path, chain: FittedChain, policy: DynamicIndex, calibrat
         "bins": chain.bins,
         "loss_kind": chain.loss_kind,
         "agreement": chain.agreement,
+        "statistic": chain.statistic,
         "calibration_sha256": calibration_sha256,
         "bin_edges": chain.bin_edges.tolist(),
         "p1": chain.p1.tolist(),
@@ -265,8 +304,12 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         raise PolicyError(f"{path} has tables for {len(sols)} exits, the model has {n_exits}")
     if calibration_sha256 and d.get("calibration_sha256") != calibration_sha256:
         raise PolicyError(f"{path} was fitted on other calibration traces than the model's; refit it")
+    statistic = str(d.get("statistic", "confidence"))  # tables written before it existed: confidence bins
+    if statistic not in STATISTICS:
+        raise PolicyError(f"{path}: statistic {statistic!r} is not one of {STATISTICS}; refit with 'edge-app "
+                          "fit-policy'")
     return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)), answer_loss=answer,
-                        min_exit=int(d.get("min_exit", 1)))
+                        min_exit=int(d.get("min_exit", 1)), statistic=statistic)
 
 
 def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,

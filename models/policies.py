@@ -169,13 +169,15 @@ class DynamicIndex:
     """
 
     def __init__(self, bin_edges: np.ndarray, solutions: list[ChainSolution], name: str = "dynamic-index",
-                 agreement: bool = False, answer_loss: np.ndarray | None = None, min_exit: int = 1) -> None:
+                 agreement: bool = False, answer_loss: np.ndarray | None = None, min_exit: int = 1,
+                 statistic: str = "confidence") -> None:
         self.bin_edges = bin_edges  # (n, bins-1) inner edges of the confidence bins, per exit
         self.solutions = solutions  # index K-1 holds the table for horizon K
         self.name = name
         self.agreement = agreement  # state also says whether the exit agrees with the previous one
         self.answer_loss = answer_loss
         self.min_exit = max(1, min(min_exit, len(solutions)))
+        self.statistic = statistic  # what the bins are of: max softmax, or "margin" (top-1 minus top-2)
 
     @property
     def lam(self) -> float:
@@ -184,15 +186,16 @@ class DynamicIndex:
     def start(self, horizon: int) -> PolicyRun:
         sol = self.solutions[min(horizon, len(self.solutions)) - 1]
         return _IndexRun(self.bin_edges, sol, self.bin_edges.shape[1] + 1 if self.agreement else 0,
-                         self.answer_loss, self.min_exit)
+                         self.answer_loss, self.min_exit, self.statistic == "margin")
 
 
 class _IndexRun:
-    __slots__ = ("_agree_offset", "_answer_loss", "_best", "_choice", "_edges", "_floor", "_k", "_last", "_r",
-                 "_sigma", "_states")
+    __slots__ = ("_agree_offset", "_answer_loss", "_best", "_choice", "_edges", "_floor", "_k", "_last", "_margin",
+                 "_r", "_sigma", "_states")
 
     def __init__(self, edges: np.ndarray, sol: ChainSolution, agree_offset: int,
-                 answer_loss: np.ndarray | None = None, min_exit: int = 1) -> None:
+                 answer_loss: np.ndarray | None = None, min_exit: int = 1, margin: bool = False) -> None:
+        self._margin = margin
         self._edges = edges
         self._sigma = sol.sigma
         self._r = sol.weighted_loss
@@ -207,7 +210,12 @@ class _IndexRun:
 
     def observe(self, probs: np.ndarray) -> bool:
         k = self._k
-        state = int(np.searchsorted(self._edges[k], probs.max(), side="right"))
+        if self._margin:
+            top2 = np.partition(probs, -2)[-2:]
+            stat = float(top2[1] - top2[0])
+        else:
+            stat = float(probs.max())
+        state = int(np.searchsorted(self._edges[k], stat, side="right"))
         if self._agree_offset:
             label = int(probs.argmax())
             if label == self._last:
