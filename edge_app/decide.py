@@ -110,14 +110,14 @@ class Decider:
             assert self._smoothed is not None
             return reused_decision(self._smoothed, compute_ms), self._smoothed
         self._reused_in_a_row = 0
-        policy = None if self.load is None else self.load.policy(time.monotonic(), self.full_depth_ms)
+        policy = None if self.load is None else self.load.policy(time.monotonic(), self.segment_ms)
         dec = await self.scheduler.analyse(p.x, compute_ms, policy)
         self._smoothed = self.smoother.update(dec.result.probs, dec.exit_index)
         return dec, self._smoothed
 
-    def full_depth_ms(self) -> float:
-        """What running every exit costs now (the inference service's running medians)."""
-        return float(sum(c.median_ms for c in self.service.costs))
+    def segment_ms(self) -> list[float]:
+        """What each segment costs now (the inference service's running medians)."""
+        return [c.median_ms for c in self.service.costs]
 
     @property
     def smoothed(self) -> Smoothed | None:

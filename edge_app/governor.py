@@ -10,9 +10,14 @@ index (``models.operating``) whose expected compute fits both:
     each source:  rate_s * (cost_i * full_depth_ms + own_ms_s)  <= headroom * 1000 ms/s
 
 ``full_depth_ms`` is what a full-depth run costs now (the service's running medians), so a device that slows down
-moves the point too. The point is re-evaluated at most every ``EVERY_S`` (frames in between read it): cheaper at
-once, dearer a step at a time after ``CALM_S`` in which that point would have fitted with room to spare. What
-gives under load is depth, by the amount the fitted chain predicts, not frames.
+moves the point too. When the segments' shares of that cost move by more than ``RESOLVE_SHIFT`` from those the
+points were solved for (one segment slowed by contention, another model on the device, a remote server's queue),
+the dynamic index is re-solved from the same tables for the measured costs (``resolver``, in a worker thread; the
+frames meanwhile use the old points) and the points are replaced: a segment that became dearer is worth going on
+to less often, which a fixed threshold cannot express. The point is re-evaluated at most every ``EVERY_S``
+(frames in between read it): cheaper at once, dearer a step at a time after ``CALM_S`` in which that point would
+have fitted with room to spare. What gives under load is depth, by the amount the fitted chain predicts, not
+frames.
 
 Frames dropped as stale behind a busy pipeline are the backstop: ``DROP_SHARE`` of the last ``DROP_WINDOW_S``'s
 arrivals (at least ``DROP_MIN`` frames) moves one step cheaper whatever the expected load says, and the rate at
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from models.operating import OperatingPoint
@@ -43,11 +48,20 @@ class LoadGovernor:
     DROP_SHARE = 0.05  # this share of arrivals dropped behind a busy pipeline: one step cheaper
     DROP_MIN = 3  # ... and at least this many frames (one late frame in 30 is not overload)
     MEMORY_S = 20.0  # how long the rate at which a point dropped frames keeps it from coming back
+    RESOLVE_SHIFT = 0.25  # a segment's share of full depth this far (relative) from the solved one: re-solve
+    RESOLVE_EVERY_S = 2.0  # ... checked at most this often
 
     def __init__(self, points: list[OperatingPoint], headroom: float, workers: int,
-                 on_move: Callable[[OperatingPoint], None] | None = None) -> None:
+                 on_move: Callable[[OperatingPoint], None] | None = None,
+                 resolver: Callable[[list[float]], list[OperatingPoint]] | None = None,
+                 solved_ms: Sequence[float] | None = None) -> None:
         self.points, self.headroom, self.workers = points, headroom, max(1, workers)
         self.on_move = on_move
+        self.resolver = resolver  # segment costs (ms) -> the points re-solved for them
+        self.solved_ms = list(solved_ms) if solved_ms is not None else None  # the costs the points were solved for
+        self.resolves = 0
+        self._resolving = False
+        self._resolve_checked_s = -1e9
         self.index = 0
         self.moves = 0
         self.arrival_fps = 0.0
@@ -105,12 +119,16 @@ class LoadGovernor:
         own = max((r * (per_frame + self._own_ms.get(s, 0.0)) / 1000.0 for s, r in rates.items()), default=0.0)
         return max(threads, own)
 
-    def policy(self, now_s: float, full_depth_ms: Callable[[], float]) -> ExitPolicy:
-        """The policy for the frame about to run (re-evaluated at most every ``EVERY_S``)."""
+    def policy(self, now_s: float, segment_ms: Callable[[], list[float]]) -> ExitPolicy:
+        """The policy for the frame about to run (re-evaluated at most every ``EVERY_S``); ``segment_ms``: what each
+        segment costs now."""
+        if now_s - self._resolve_checked_s >= self.RESOLVE_EVERY_S:
+            self._resolve_checked_s = now_s
+            self._maybe_resolve(segment_ms())
         if now_s - self._checked_s >= self.EVERY_S:
             self._checked_s = now_s
             before = self.index
-            self.choose(now_s, full_depth_ms())
+            self.choose(now_s, float(sum(segment_ms())))
             if self.index != before:
                 p = self.point
                 log.info("load: %.0f frames/s for analysis; operating point %d of %d (lam %.3f, expected cost "
@@ -149,6 +167,47 @@ class LoadGovernor:
         self.load = self.need(self.index, rates, full_depth_ms)
         return self.index
 
+    def shifted(self, segment_ms: Sequence[float]) -> bool:
+        """Whether the segments' shares of full depth moved by more than ``RESOLVE_SHIFT`` from the solved ones."""
+        if self.solved_ms is None or len(segment_ms) != len(self.solved_ms) or sum(segment_ms) <= 0:
+            return False
+        now, then = sum(segment_ms), sum(self.solved_ms)
+        return any(abs(a / now - b / then) > self.RESOLVE_SHIFT * (b / then)
+                   for a, b in zip(segment_ms, self.solved_ms, strict=True))
+
+    def _maybe_resolve(self, segment_ms: list[float]) -> None:
+        if self.resolver is None or self._resolving or not self.shifted(segment_ms):
+            return
+        import asyncio
+
+        self._resolving = True
+        resolver, costs = self.resolver, list(segment_ms)
+        future = asyncio.get_running_loop().run_in_executor(None, resolver, costs)
+
+        def done(f: Any) -> None:
+            self._resolving = False
+            if f.cancelled() or f.exception() is not None:
+                log.warning("load: re-solving the dynamic index for segment costs %s failed: %s", costs,
+                            None if f.cancelled() else f.exception())
+                self.solved_ms = costs  # not again for the same shift
+                return
+            self.resolved(f.result(), costs)
+
+        future.add_done_callback(done)
+
+    def resolved(self, points: list[OperatingPoint], segment_ms: Sequence[float]) -> None:
+        """Use ``points``, solved for ``segment_ms``; the current point becomes the one of nearest expected cost."""
+        cost = self.point.cost
+        self.points = points
+        self.index = min(range(len(points)), key=lambda i: abs(points[i].cost - cost))
+        self.solved_ms = list(segment_ms)
+        self.resolves += 1
+        log.info("load: segment costs now %s ms; the dynamic index re-solved for them (%d operating points, the "
+                 "fitted lam's expected cost %.0f %% of full depth)", [round(ms, 1) for ms in segment_ms],
+                 len(points), 100 * points[0].cost)
+        if self.on_move is not None:
+            self.on_move(self.point)
+
     def _dropping(self, now_s: float) -> bool:
         drops = self._drops
         while drops and drops[0] < now_s - self.DROP_WINDOW_S:
@@ -161,4 +220,6 @@ class LoadGovernor:
 
     def status(self) -> dict[str, Any]:
         return {"index": self.index, "points": len(self.points), **self.point.summary(),
-                "arrival_fps": round(self.arrival_fps, 1), "load": round(float(self.load), 3), "moves": self.moves}
+                "arrival_fps": round(self.arrival_fps, 1), "load": round(float(self.load), 3), "moves": self.moves,
+                "resolves": self.resolves,
+                "solved_for_segment_ms": None if self.solved_ms is None else [round(ms, 2) for ms in self.solved_ms]}

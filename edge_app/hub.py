@@ -8,6 +8,7 @@ WebRTC offer; ``stop()`` closes everything within bounded time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -29,7 +30,8 @@ from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import AnalysedFrame, NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.session import JSON_RESULT_BYTES, PeerSession
-from models.operating import OperatingPoint, operating_points
+from models.manifest import read_manifest
+from models.operating import OperatingPoint, operating_points, resolve_points
 from models.policies import ExitPolicy
 from models.service import InferenceService, load_backend
 from streams.aiortc_adapter import (
@@ -118,7 +120,8 @@ class Hub:
         if not self.config.policy.adapt_to_load:
             return None
         points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, policy)
-        governor = LoadGovernor(points, self.config.policy.load_headroom, self.config.model.workers, self._moved)
+        governor = LoadGovernor(points, self.config.policy.load_headroom, self.config.model.workers, self._moved,
+                                functools.partial(resolve_points, folder, policy), read_manifest(folder).costs_ms)
         self.metrics.operating_point.set(0)
         self.metrics.operating_cost.set(points[0].cost)
         return governor

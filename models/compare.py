@@ -89,7 +89,7 @@ def compare(a: Family, b: Family, levels: np.ndarray, resamples: int = 1000, see
     for r in range(resamples):
         w = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
         diffs[r] = front(a, w, levels) - front(b, w, levels)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, level in enumerate(levels):
         d = diffs[:, i][np.isfinite(diffs[:, i])]
         lo, hi = (np.percentile(d, [2.5, 97.5]) if len(d) >= 0.9 * resamples else (np.nan, np.nan))

@@ -9,6 +9,7 @@ the app can move to a cheaper point it knows the price of, and back when the loa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,15 +33,24 @@ class OperatingPoint:
                 "cost_fraction": round(float(self.cost), 4)}
 
 
-def operating_points(folder: Path, policy: ExitPolicy, count: int = 8) -> list[OperatingPoint]:
+def operating_points(folder: Path, policy: ExitPolicy, count: int = 8, costs_ms: Sequence[float] | None = None
+                     ) -> list[OperatingPoint]:
     """``policy`` (the one configured) first, then up to ``count - 1`` cheaper dynamic-index points of the same
-    chain, each cheaper than the one before. A policy that is not the dynamic index has no others."""
+    chain, each cheaper than the one before. A policy that is not the dynamic index has no others.
+
+    ``costs_ms``: the segments' costs as measured now (default: the manifest's). With them the index is re-solved
+    from the same tables at the configured lam (``policy`` itself is then replaced by that re-solve): a segment
+    that became dearer is worth going on to less often, and each point's cost is in today's shares."""
     manifest = read_manifest(folder)
     if not isinstance(policy, DynamicIndex):
         return [OperatingPoint(float("nan"), policy, float("nan"), 1.0)]
     meta = policy_meta(folder)
     probs, labels = load_traces(folder, manifest, str(meta["calibration_traces"]))
-    chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=str(meta["loss_kind"]))
+    chain = fit_chain(probs, labels, costs_ms or manifest.costs_ms, bins=int(meta.get("bins", 8)),
+                      loss_kind=str(meta["loss_kind"]), statistic=str(meta.get("statistic", "confidence")),
+                      isotonic=bool(meta.get("isotonic", False)))
+    if costs_ms is not None:
+        policy = build_policy(chain, policy.lam, policy.min_exit)
     acc, cost = replay_index(policy, probs, labels, chain.cost)
     points = [OperatingPoint(policy.lam, policy, acc, cost)]
     # lam weighs the loss against the cost: a smaller lam stops earlier and pays less
@@ -53,3 +63,8 @@ def operating_points(folder: Path, policy: ExitPolicy, count: int = 8) -> list[O
         if len(points) >= count:
             break
     return points
+
+
+def resolve_points(folder: Path, policy: ExitPolicy, segment_ms: list[float]) -> list[OperatingPoint]:
+    """``operating_points`` for the segment costs measured now (the load governor's re-solve)."""
+    return operating_points(folder, policy, costs_ms=segment_ms)

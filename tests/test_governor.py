@@ -80,8 +80,8 @@ def test_the_per_frame_policy_is_cached_between_evaluations() -> None:
     calls = []
     g = LoadGovernor(points3(), headroom=0.85, workers=1, on_move=lambda p: calls.append(p.lam))
     feed(g, "a", 40.0, 0.0, 1.0)
-    assert g.policy(1.0, lambda: 75.0) is g.points[2].policy and calls == [0.57]
-    assert g.policy(1.05, lambda: 1e9) is g.points[2].policy, "within EVERY_S the point is not re-evaluated"
+    assert g.policy(1.0, lambda: [75.0]) is g.points[2].policy and calls == [0.57]
+    assert g.policy(1.05, lambda: [1e9]) is g.points[2].policy, "within EVERY_S the point is not re-evaluated"
 
 
 def test_operating_points_of_the_shipped_model_get_cheaper_and_start_at_its_policy() -> None:
@@ -109,3 +109,41 @@ async def test_the_server_shows_its_operating_point_and_moves_it_under_real_load
     print(f"governor {g}; answered {answered:.3f} of arrived")
     assert g["index"] > 0 and g["moves"] >= 1 and g["arrival_fps"] > 150, g
     assert answered > 0.85
+
+
+async def test_the_index_is_re_solved_when_a_segment_gets_dearer_and_goes_there_less_often() -> None:
+    """Segment 3 three times dearer than the manifest says (contention, another model): the governor re-solves the
+    dynamic index from the same tables for the measured costs, in a worker thread, and the re-solved index runs
+    segment 3 on fewer calibration frames; shares that stay put re-solve nothing."""
+    import asyncio
+
+    import numpy as np
+
+    from models.folder import load_traces, policy_meta
+    from models.manifest import read_manifest
+    from models.operating import resolve_points
+    from models.policies import run_on_trace
+
+    policy = policy_from_config(PolicyConfig(), DEFAULT_MODEL)
+    manifest = read_manifest(DEFAULT_MODEL)
+    base = list(manifest.costs_ms)
+    g = LoadGovernor(operating_points(DEFAULT_MODEL, policy), 0.85, 1,
+                     resolver=lambda ms: resolve_points(DEFAULT_MODEL, policy, ms), solved_ms=base)
+    g.policy(0.0, lambda: [1.1 * ms for ms in base])  # every segment 10 % slower: the same shares
+    await asyncio.sleep(0.05)
+    assert g.resolves == 0 and not g._resolving
+    dearer = [base[0], base[1], 3 * base[2]]
+    g.policy(10.0, lambda: dearer)
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if g.resolves:
+            break
+    assert g.resolves == 1 and g.solved_ms == dearer, g.status()
+    probs, _ = load_traces(DEFAULT_MODEL, manifest, str(policy_meta(DEFAULT_MODEL)["calibration_traces"]))
+
+    def reach3(p: object) -> float:
+        return float(np.mean([run_on_trace(p, probs[i], 3)[0] == 3 for i in range(len(probs))]))  # type: ignore[arg-type]
+
+    before, after = reach3(policy), reach3(g.points[0].policy)
+    print(f"segment 3 run on {100 * before:.1f} % of calibration frames before, {100 * after:.1f} % re-solved")
+    assert after < before - 0.02, (before, after)
