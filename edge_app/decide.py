@@ -53,6 +53,7 @@ class PreparedFrame:
     network: NetworkView
     convert_ms: float
     preprocess_ms: float
+    ready_s: float = 0.0  # time.monotonic() when it was prepared (it may wait for the frame before it)
 
 
 def reused_decision(sm: Smoothed, compute_budget_ms: float) -> FrameDecision:
@@ -100,11 +101,12 @@ class Decider:
                                       (t2 - sf.arrived_s) * 1e3, after_ms, late_ms, cfg.late_return_factor),
                          arrival_delay_ms=arrival_ms)
         return PreparedFrame(sf=sf, rgb=rgb, view=view, x=x, stamp=stamp, budget=budget, network=net,
-                             convert_ms=(t1 - t0) * 1e3, preprocess_ms=(t2 - t1) * 1e3)
+                             convert_ms=(t1 - t0) * 1e3, preprocess_ms=(t2 - t1) * 1e3, ready_s=t2)
 
     async def decide(self, p: PreparedFrame) -> tuple[FrameDecision, Smoothed]:
-        """Reuse the smoothed answer or run the model; raises ``SegmentRunError`` when exit 1 fails."""
-        compute_ms = p.budget.compute_ms
+        """Reuse the smoothed answer or run the model; raises ``SegmentRunError`` when exit 1 fails. The compute
+        budget loses what the frame waited after it was prepared (behind the frame before it)."""
+        compute_ms = p.budget.compute_ms - (max(0.0, time.monotonic() - p.ready_s) * 1e3 if p.ready_s else 0.0)
         if self._reuse(compute_ms):
             self._reused_in_a_row += 1
             assert self._smoothed is not None

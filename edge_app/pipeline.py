@@ -26,6 +26,7 @@ from edge_app.decide import Decider, PipelineSettings, PreparedFrame
 from edge_app.governor import LoadGovernor
 from edge_app.metrics import Metrics
 from edge_app.results import AnalysedFrame, FrameResult, NetworkView
+from edge_app.scheduler import FrameDecision
 from edge_app.smoothing import Smoothed
 from models.errors import SegmentRunError
 from models.policies import ExitPolicy
@@ -143,46 +144,84 @@ class AnalysisPipeline:
         return self._task is not None and not self._task.done()
 
     async def _run(self) -> None:
+        """Frame by frame, two deep: while frame N is in DECIDE (the inference thread), the next frame that arrives
+        is converted and pre-processed in a media thread, so the inference thread waits for no conversion and a
+        source's frame interval only has to hold the slower of the two. A model swap in between prepares it
+        again for the new model."""
+        ahead: tuple[SourceFrame, Decider, asyncio.Future[PreparedFrame]] | None = None
         while True:
-            try:
-                sf = await self.slot.get()
-            except SlotClosed:
-                log.info("%s: source closed after %d analysed frames", self.source, self.analysed)
-                return
-            self._switch()
+            if ahead is None:
+                try:
+                    sf = await self.slot.get()
+                except SlotClosed:
+                    log.info("%s: source closed after %d analysed frames", self.source, self.analysed)
+                    return
+                self._switch()
+                ahead = (sf, self.decider, self._prepare(sf))
+            sf, decider, future = ahead
+            ahead = None
             self._busy = True
             t0 = time.monotonic()
             try:
-                out = await self.analyse(sf)
+                prepared = await future
+                self._switch()
+                if decider is not self.decider:  # prepared for the model before a swap
+                    prepared = await self._prepare(sf)
+                for tap in list(self.frame_taps):  # capture for teaching: what the model sees (copied if kept)
+                    tap(sf.seq, prepared.view)
+                deciding = asyncio.ensure_future(self.decider.decide(prepared))
+                ahead = await self._take_ahead(deciding)
+                dec, sm = await deciding
+                out = await self._finish(prepared, dec, sm)
             except (SegmentRunError, ValueError) as exc:
                 self._failed(sf.seq, str(exc), answered=False)
                 continue
             finally:
                 self._busy = False
             if self.engine.load is not None:  # the pipeline's own work per frame, outside inference
-                self.engine.load.own_work(self.source, (time.monotonic() - t0) * 1e3 - out.result.actual_ms)
+                busy_ms = (time.monotonic() - t0) * 1e3
+                own = max(0.0, busy_ms - out.result.actual_ms) + max(0.0, prepared.convert_ms +
+                                                                     prepared.preprocess_ms - busy_ms)
+                self.engine.load.own_work(self.source, own)
             if out.result.error is not None:
                 self._failed(sf.seq, out.result.error, answered=True)
             self._record(out.result)
             self.outputs.publish(out)
 
+    def _prepare(self, sf: SourceFrame) -> asyncio.Future[PreparedFrame]:
+        """Convert, cut the region, pre-process and budget ``sf`` in a media thread."""
+        return asyncio.get_running_loop().run_in_executor(self.engine.media, self.decider.prepare, sf,
+                                                          self.network(), self.wants_video, self.region)
+
+    async def _take_ahead(self, deciding: asyncio.Future[Any]
+                          ) -> tuple[SourceFrame, Decider, asyncio.Future[PreparedFrame]] | None:
+        """While ``deciding`` runs, the next frame to arrive, already being prepared; None if none came."""
+        getter = asyncio.ensure_future(self.slot.get())
+        await asyncio.wait({deciding, getter}, return_when=asyncio.FIRST_COMPLETED)
+        if not getter.done():
+            getter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await getter
+            if not getter.cancelled() and getter.exception() is None:  # it took a frame as it was cancelled
+                sf = getter.result()
+                return sf, self.decider, self._prepare(sf)
+            return None
+        if getter.exception() is not None:  # the source closed: finish this frame, then stop
+            return None
+        sf = getter.result()
+        return sf, self.decider, self._prepare(sf)
+
     # --- the stages ----------------------------------------------------------------------------------------
 
-    async def analyse(self, sf: SourceFrame) -> AnalysedFrame:
-        """DECIDE, then RENDER if some subscriber wants video."""
-        loop = asyncio.get_running_loop()
+    async def _finish(self, prepared: PreparedFrame, dec: FrameDecision, sm: Smoothed) -> AnalysedFrame:
+        """RENDER, if some subscriber wants video, and the result."""
         rendering = self.wants_video
-        prepared = await loop.run_in_executor(self.engine.media, self.decider.prepare, sf, self.network(), rendering,
-                                              self.region)
-        for tap in list(self.frame_taps):  # capture for teaching: what the model sees (copied if kept)
-            tap(sf.seq, prepared.view)
-        dec, sm = await self.decider.decide(prepared)
         if not rendering:
             return AnalysedFrame(self.decider.result(prepared, dec, sm, time.monotonic(), None, self.slot.dropped),
                                  classes=self.engine.service.class_names)
         t0 = time.monotonic()
         overlay = self._overlay(prepared, dec.exit_index + 1, sm, self.decider.on_time(prepared, t0, True))
-        i420 = await loop.run_in_executor(self.engine.media, render, prepared.rgb, overlay)
+        i420 = await asyncio.get_running_loop().run_in_executor(self.engine.media, render, prepared.rgb, overlay)
         t1 = time.monotonic()
         self.decider.render_ms.record((t1 - t0) * 1e3)
         self.rendered += 1

@@ -1,6 +1,6 @@
 """The benchmarks' and offline tools' subcommands: ``edge-app bench-model``, ``bench-policy``, ``bench-pipeline``,
 ``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``bench-batching``, ``bench-overload``,
-``bench-viewers``, ``bench-teach``, ``evaluate``, ``codec-traces``.
+``bench-viewers``, ``bench-teach``, ``evaluate``, ``compare-policies``, ``codec-traces``.
 
 ``edge_app.cli`` adds them to its parser for every command but ``serve``; each imports its module only when it runs.
 """
@@ -91,6 +91,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(res["table"])
     print(f"\nwrote {args.out / 'table.txt'}, {args.out / 'pareto.png'}, {args.out / 'points.json'}")
     return 0
+
+def cmd_compare_policies(args: argparse.Namespace) -> int:
+    from edge_app.bench.policy_compare import VARIANTS, compare_policies
+
+    unknown = [v for v in args.variant or [] if v not in VARIANTS]
+    if unknown:
+        print(f"error: unknown --variant {unknown}; choose from {list(VARIANTS)}")
+        return 2
+    compare_policies(model_dir(args), args.out, args.resamples, args.traces, args.variant)
+    print(f"\nwrote {args.out / 'compare.md'} and {args.out / 'compare.json'}")
+    return 0
+
 
 def cmd_bench_policy(args: argparse.Namespace) -> int:
     from edge_app.bench.model import bench_policy
@@ -286,6 +298,14 @@ def add_tool_commands(sub: Any) -> None:
     v.add_argument("--traces", choices=["auto", "clean", "vp8"], default="auto",
                    help="calibration and test traces: clean or VP8-coded frames (auto: vp8 when the model has them)")
     v.set_defaults(func=cmd_evaluate)
+    cp = sub.add_parser("compare-policies", help="the dynamic index against tuned thresholds: Pareto fronts with "
+                        "paired-bootstrap intervals, at the measured segment costs and with segment 3 dearer")
+    model_args(cp)
+    cp.add_argument("--out", type=Path, default=Path("artifacts/compare-policies"))
+    cp.add_argument("--resamples", type=int, default=1000)
+    cp.add_argument("--traces", choices=["auto", "clean", "vp8"], default="auto")
+    cp.add_argument("--variant", action="append", help="index state variant, repeatable (default: all)")
+    cp.set_defaults(func=cmd_compare_policies)
     ct = sub.add_parser("codec-traces", help="softmax traces of calibration and test frames after a VP8 round trip")
     model_args(ct)
     ct.add_argument("--data", type=Path, default=Path("data/demo"),
