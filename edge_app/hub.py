@@ -317,6 +317,7 @@ class Hub:
             pipe.unsubscribe(feed)
 
     def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
+        session.uplink.min_height = self.service.backend.manifest.input.height  # the model's own input: no less
         if session.outbound is None:  # results only: ask for no more lines than the analysis uses
             lines = self.config.server.results_only_height or 2 * self.service.backend.manifest.input.height
             session.uplink.max_height = lines

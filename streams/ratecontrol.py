@@ -180,8 +180,8 @@ class UplinkController:
     """AIMD on what the browser may send: while its frames arrive late (a queue on the way in), cut the cap to
     60 % of what it is every ``CUT_EVERY_S``; after ``CALM_S`` of
     frames on time, raise it by a quarter every ``CALM_S``, and lift it altogether above ``MAX_BPS``.  Under
-    400 kbit/s ask for half the resolution (never under ``min_height`` pixels: the model still needs its input
-    size), under 150 kbit/s for 15 fps.
+    400 kbit/s ask for half the resolution, under 200 for a quarter (never under ``min_height`` lines: the
+    model still needs its input size); always 30 fps.
 
     ``max_height``: a session that only wants results asks for no more lines than the analysis uses (the browser
     scales its camera down before it encodes; the server then decodes a fraction of the pixels), and no more bits
@@ -306,7 +306,14 @@ class UplinkController:
         if cap is None:
             ceiling = self.ceiling_bps
             return UplinkRequest(None if ceiling is None else int(ceiling), base, 30.0)
-        # half resolution under 400 kbit/s, full again only from 600 (a keyframe at full size is a burst of its own)
+        # half resolution under 400 kbit/s (full again only from 600: a keyframe at full size is a burst of its
+        # own), a quarter under 200 (not under min_height); never fewer frames: each frame the camera takes is a
+        # question the server answers, and a browser short of bits at a size drops frames unasked
         halve = cap < 400_000 or (self._scale > 1.0 and cap < 600_000)
-        scale = self._scale = 2.0 if halve and self._full_height / 2 >= self.min_height else 1.0
-        return UplinkRequest(int(cap), max(base, scale), 15.0 if cap < 150_000 else 30.0)
+        scale = 1.0
+        for s in ((4.0,) if cap < 200_000 else ()) + ((2.0,) if halve else ()):
+            if self._full_height / s >= self.min_height:
+                scale = s
+                break
+        self._scale = scale
+        return UplinkRequest(int(cap), max(base, scale), 30.0)

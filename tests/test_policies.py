@@ -194,3 +194,27 @@ def test_fit_policy_and_evaluate_on_an_exported_model(tiny_model_folder: Path, t
             "prophet"} <= names
     assert set(data["points"]) == {"1", "2", "3"}
     assert "Dynamic index vs baselines" in res["table"]
+
+
+@pytest.mark.parametrize("statistic", ["margin", "confidence"])
+def test_the_live_policy_reads_the_state_the_chain_was_fitted_on(tmp_path: Path, statistic: str) -> None:
+    """A chain fitted on the margin (top-1 minus top-2) with isotonic errors, saved and loaded as the server loads
+    it: the online run's states and stops are those of the offline tables frame by frame."""
+    probs, labels = synthetic_traces(np.random.default_rng(7), 600)
+    chain = fit_chain(probs, labels, [1.0, 1.0, 1.0], bins=6, statistic=statistic, isotonic=True)
+    assert all(np.all(np.diff(chain.loss[k]) <= 1e-12) for k in range(3)), "isotonic: error never rises with it"
+    save_policy(tmp_path, chain, build_policy(chain, 0.7), "ab" * 32, {})
+    live = load_policy(tmp_path, 3, "ab" * 32)
+    assert live.statistic == statistic
+    sol = live.solutions[-1]
+    states = states_of(probs, chain.bin_edges, statistic=statistic)
+    other = states_of(probs, chain.bin_edges, statistic="confidence" if statistic == "margin" else "margin")
+    assert (states != other).any(), "the two statistics bin these frames differently"
+    for i in range(len(labels)):
+        best, want = np.inf, 3
+        for k in range(3):
+            best = min(best, sol.weighted_loss[k, states[i, k]])
+            if best <= sol.sigma[k, states[i, k]]:
+                want = k + 1
+                break
+        assert run_all(live, probs[i])[0] == want
