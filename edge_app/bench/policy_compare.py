@@ -24,9 +24,11 @@ from models.fit import build_policy, fit_chain
 from models.folder import load_traces, policy_meta, trace_names
 from models.manifest import read_manifest
 
-VARIANTS: dict[str, tuple[str, bool]] = {  # name -> (statistic, isotonic)
-    "confidence": ("confidence", False), "confidence, isotonic": ("confidence", True),
-    "margin": ("margin", False), "margin, isotonic": ("margin", True)}
+VARIANTS: dict[str, tuple[str, bool, int]] = {  # name -> (statistic, isotonic, bins)
+    "confidence": ("confidence", False, 8), "confidence, isotonic": ("confidence", True, 8),
+    "margin": ("margin", False, 8), "margin, isotonic": ("margin", True, 8),
+    "confidence, 16 bins, isotonic": ("confidence", True, 16), "margin, 16 bins, isotonic": ("margin", True, 16),
+    "confidence, 32 bins, isotonic": ("confidence", True, 32), "margin, 32 bins, isotonic": ("margin", True, 32)}
 
 
 def _row(name: str, res: dict[str, Any]) -> str:
@@ -58,9 +60,9 @@ def compare_policies(folder: Path, out: Path, resamples: int = 1000, traces: str
         rows = []
         results: dict[str, Any] = {}
         for name in variants or list(VARIANTS):
-            statistic, isotonic = VARIANTS[name]
-            chain = fit_chain(cal, cal_labels, list(base_ms), loss_kind=str(meta["loss_kind"]), statistic=statistic,
-                              isotonic=isotonic)
+            statistic, isotonic, bins = VARIANTS[name]
+            chain = fit_chain(cal, cal_labels, list(base_ms), bins=bins, loss_kind=str(meta["loss_kind"]),
+                              statistic=statistic, isotonic=isotonic)
             fam: Family = index_family(chain, test, test_labels, costs, name=f"index ({name})")
             for other in thresholds:
                 res = compare(fam, other, levels, resamples)
