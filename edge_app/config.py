@@ -93,8 +93,9 @@ class ModelConfig(_Section):
 
 
 class PolicyConfig(_Section):
-    kind: Literal["dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy"] = Field(
-        "dynamic-index", description="exit policy")
+    kind: Literal["auto", "dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy"] = Field(
+        "auto", description="exit policy; auto: what fit-policy found better on held-out calibration frames, the "
+        "dynamic index or a tuned confidence threshold (policy.json's default)")
     lam: float | None = Field(None, ge=0, le=1, description="T-Tamer weight of loss against cost")
     target_accuracy: float | None = Field(None, gt=0, le=1, description="derive lam from this accuracy instead")
     threshold: float = Field(0.9, ge=0, le=1, description="confidence threshold (kind = confidence)")

@@ -339,27 +339,51 @@ def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_acc
     assert best is not None
     lam, acc, cost, chain = best
     policy = build_policy(chain, lam, min_exit)
+    default = _default_policy(probs, labels, manifest.costs_ms, chain, policy, target)
     seconds = time.perf_counter() - t0
     info = {"lam": lam, "min_exit": policy.min_exit, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,
             "target_accuracy": target, "calibration_accuracy": acc,
             "calibration_cost": cost, "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
-            "fit_seconds": round(seconds, 3)}
+            "fit_seconds": round(seconds, 3), "default": default}
     path = save_policy(folder, chain, policy, manifest.traces[cal_name].sha256, info)
     log.info("wrote %s: fitted on %s traces, lam=%.4f, calibration accuracy %.4f at cost %.3f of full depth "
              "(%.2fs)", path, cal_name, lam, acc, cost, seconds)
     return info
 
 
+def _default_policy(probs: np.ndarray, labels: np.ndarray, costs_ms: Sequence[float], chain: FittedChain,
+                    policy: DynamicIndex, target: float | None) -> dict[str, Any]:
+    """What ``[policy] kind = "auto"`` serves: the index or a tuned confidence threshold, whichever held-out
+    calibration frames favour (``models.select``); the threshold tuned on every calibration frame."""
+    from models.select import choose_default, tuned_threshold
+
+    if policy.min_exit > 1:  # a floor from a taught model's check: only the index keeps it
+        return {"kind": "dynamic-index", "why": f"the policy has a floor (exit {policy.min_exit}) a threshold lacks"}
+    choice = choose_default(probs, labels, costs_ms, {"bins": chain.bins, "loss_kind": chain.loss_kind,
+                                                      "statistic": chain.statistic}, policy.min_exit)
+    if choice["kind"] == "confidence":
+        goal = target if target is not None else replay_index(policy, probs, labels, chain.cost)[0]
+        choice["threshold"] = tuned_threshold(probs, labels, chain.cost, goal)
+    return choice
+
+
 # --- the policy a configuration asks for -----------------------------------------------------------------------
 
-POLICY_KINDS = ("dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy")
+POLICY_KINDS = ("auto", "dynamic-index", "fixed", "confidence", "entropy", "patience", "budget-greedy")
 
 
 def configured_policy(folder: Path, kind: str, lam: float | None = None, target_accuracy: float | None = None,
                       threshold: float = 0.9, fixed_exit: int = 3) -> ExitPolicy:
     """The exit policy ``[policy]`` asks for; the dynamic index comes from the model's ``policy.json``, refitted in
-    memory on the model's calibration traces when ``lam`` or ``target_accuracy`` is set."""
+    memory on the model's calibration traces when ``lam`` or ``target_accuracy`` is set. ``auto``: what
+    ``fit-policy`` chose on held-out calibration frames (``models.select``; the index for a table without a
+    choice)."""
     manifest = read_manifest(folder)
+    if kind == "auto":
+        default = policy_meta(folder).get("default") or {}
+        if default.get("kind") == "confidence" and lam is None and target_accuracy is None:
+            return ConfidenceThreshold(float(default["threshold"]))
+        kind = "dynamic-index"
     n = len(manifest.exits)
     simple: dict[str, ExitPolicy] = {"fixed": FixedExit(min(fixed_exit, n)),
                                      "confidence": ConfidenceThreshold(threshold),

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.fit import LAM_GRID, build_policy, fit_chain, replay_index
+from models.fit import LAM_GRID, build_policy, fit_chain, normalised_costs, replay_index
 from models.folder import load_traces, policy_meta
 from models.manifest import read_manifest
-from models.policies import DynamicIndex, ExitPolicy
+from models.policies import ConfidenceThreshold, DynamicIndex, ExitPolicy
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,15 @@ class OperatingPoint:
 def operating_points(folder: Path, policy: ExitPolicy, count: int = 8, costs_ms: Sequence[float] | None = None
                      ) -> list[OperatingPoint]:
     """``policy`` (the one configured) first, then up to ``count - 1`` cheaper dynamic-index points of the same
-    chain, each cheaper than the one before. A policy that is not the dynamic index has no others.
+    chain, each cheaper than the one before; a confidence threshold's are lower thresholds (``threshold_points``).
+    Other policies have no others.
 
     ``costs_ms``: the segments' costs as measured now (default: the manifest's). With them the index is re-solved
     from the same tables at the configured lam (``policy`` itself is then replaced by that re-solve): a segment
     that became dearer is worth going on to less often, and each point's cost is in today's shares."""
     manifest = read_manifest(folder)
+    if isinstance(policy, ConfidenceThreshold):
+        return threshold_points(folder, policy, count + 4, costs_ms)
     if not isinstance(policy, DynamicIndex):
         return [OperatingPoint(float("nan"), policy, float("nan"), 1.0)]
     meta = policy_meta(folder)
@@ -68,3 +71,25 @@ def operating_points(folder: Path, policy: ExitPolicy, count: int = 8, costs_ms:
 def resolve_points(folder: Path, policy: ExitPolicy, segment_ms: list[float]) -> list[OperatingPoint]:
     """``operating_points`` for the segment costs measured now (the load governor's re-solve)."""
     return operating_points(folder, policy, costs_ms=segment_ms)
+
+
+def threshold_points(folder: Path, policy: ConfidenceThreshold, count: int = 12,
+                     costs_ms: Sequence[float] | None = None) -> list[OperatingPoint]:
+    """A confidence threshold's operating points: itself, then lower thresholds, each at least a point of full
+    depth cheaper on the calibration traces (``lam`` holds the threshold). Other segment costs change what each
+    costs, not the rule: a threshold cannot be re-solved, only re-tuned on traces."""
+    from models.select import THRESHOLDS, per_frame
+
+    manifest = read_manifest(folder)
+    probs, labels = load_traces(folder, manifest, str(policy_meta(folder)["calibration_traces"]))
+    cost = normalised_costs(costs_ms or manifest.costs_ms)
+    paid, right = per_frame(policy, probs, labels, cost)
+    points = [OperatingPoint(policy.threshold, policy, float(right.mean()), float(paid.mean()))]
+    for t in sorted((t for t in THRESHOLDS if t < policy.threshold), reverse=True):
+        cand = ConfidenceThreshold(t)
+        paid, right = per_frame(cand, probs, labels, cost)
+        if paid.mean() < points[-1].cost - 0.01:
+            points.append(OperatingPoint(t, cand, float(right.mean()), float(paid.mean())))
+        if len(points) >= count:
+            break
+    return points

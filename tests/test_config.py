@@ -21,7 +21,7 @@ def test_repository_config_loads() -> None:
     cfg = load_config(REPO / "config.toml")
     assert cfg.server.host == "127.0.0.1" and cfg.server.ice_servers == []
     assert cfg.model_path == REPO / "models" / "default"
-    assert cfg.policy.kind == "dynamic-index" and cfg.cameras == []
+    assert cfg.policy.kind == "auto" and cfg.cameras == []
 
 
 def test_empty_file_gives_the_defaults(tmp_path: Path) -> None:

@@ -54,5 +54,12 @@ def test_default_model_ships_its_policy_tables_fitted_on_vp8_coded_frames() -> N
     m = read_manifest(DEFAULT)
     # the live path analyses what VP8 delivered, so the shipped policy is fitted on such frames
     assert policy_meta(DEFAULT)["calibration_traces"] == "calibration-vp8"
+    default = policy_meta(DEFAULT)["default"]  # [policy] kind = "auto": fit-policy's held-out choice, with why
+    held = default["held_out"]
+    assert default["kind"] in ("dynamic-index", "confidence") and held["frames"] == 1000
+    lo, hi = held["cost_difference_interval"]
+    assert lo <= held["cost_difference"] <= hi
+    if default["kind"] == "confidence":
+        assert 0.3 <= default["threshold"] < 1 and (held["cost_difference"] > 0 or held["accuracy_difference"] < 0)
     pol = load_policy(DEFAULT, len(m.exits), m.traces["calibration-vp8"].sha256)
     assert 0 < pol.lam <= 1 and [s.n_exits for s in pol.solutions] == [1, 2, 3]

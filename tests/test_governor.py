@@ -124,7 +124,7 @@ async def test_the_index_is_re_solved_when_a_segment_gets_dearer_and_goes_there_
     from models.operating import resolve_points
     from models.policies import run_on_trace
 
-    policy = policy_from_config(PolicyConfig(), DEFAULT_MODEL)
+    policy = policy_from_config(PolicyConfig(kind="dynamic-index"), DEFAULT_MODEL)
     manifest = read_manifest(DEFAULT_MODEL)
     base = list(manifest.costs_ms)
     g = LoadGovernor(operating_points(DEFAULT_MODEL, policy), 0.85, 1,

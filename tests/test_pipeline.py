@@ -140,7 +140,7 @@ def test_policy_from_config_kinds(runtime: ModelRuntime) -> None:
         assert p.name == name
     refit = policy_from_config(PolicyConfig(lam=0.3), runtime.folder)
     assert refit.name == "dynamic-index" and refit.lam == pytest.approx(0.3)  # type: ignore[attr-defined]
-    assert AppConfig().policy.kind == "dynamic-index"
+    assert AppConfig().policy.kind == "auto"
 
 
 async def test_frames_of_unexpected_size_and_format_are_analysed(runtime: ModelRuntime) -> None:
