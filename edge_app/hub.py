@@ -317,7 +317,8 @@ class Hub:
             pipe.unsubscribe(feed)
 
     def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
-        session.uplink.min_height = self.service.backend.manifest.input.height  # the model's own input: no less
+        # never fewer lines than twice the model's input: the counter a probe stamps (and fine detail) must survive
+        session.uplink.min_height = 2 * self.service.backend.manifest.input.height
         if session.outbound is None:  # results only: ask for no more lines than the analysis uses
             lines = self.config.server.results_only_height or 2 * self.service.backend.manifest.input.height
             session.uplink.max_height = lines

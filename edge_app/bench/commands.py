@@ -354,7 +354,8 @@ def add_tool_commands(sub: Any) -> None:
                          "short-step, short-ratecap), "
                          "or loopback (this machine, no namespaces or bridge); repeatable (default: step, bursty, "
                          "ratecap, cellular)")
-    nb.add_argument("--policy", action="append", default=None, help="policy to run, repeatable (default: all five)")
+    nb.add_argument("--policy", action="append", default=None,
+                    help="policy to run, repeatable (default: all; 'as shipped' is config.toml's [policy])")
     nb.add_argument("--total-budget-ms", type=float, default=300.0, help="the deadline, stamping to result")
     nb.add_argument("--safety-margin-ms", type=float, default=40.0,
                     help="[budget] safety_margin_ms: covers the browser's encode and the server's decode, which "

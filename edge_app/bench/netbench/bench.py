@@ -50,6 +50,8 @@ PORT = 8080
 VIDEO_IMAGES = 600  # demo test images in the camera's video (3 frames each)
 
 POLICIES: dict[str, dict[str, Any]] = {
+    "as shipped": {},  # config.toml's [policy]: kind = "auto" (fit-policy's held-out choice), adapt_to_load
+    "as shipped, results only": {"video_back": False},
     "dynamic-index": {"kind": "dynamic-index"},
     "dynamic-index, results only": {"kind": "dynamic-index", "video_back": False},
     "fixed-3 (no truncation)": {"kind": "fixed", "fixed_exit": 3, "truncate": False},
@@ -57,7 +59,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "budget-greedy": {"kind": "budget-greedy"},
     "confidence-0.9": {"kind": "confidence", "threshold": 0.9},
 }
-SLUG = {"dynamic-index": "dynamic-index", "dynamic-index, results only": "dynamic-index-results",
+SLUG = {"as shipped": "shipped", "as shipped, results only": "shipped-results",
+        "dynamic-index": "dynamic-index", "dynamic-index, results only": "dynamic-index-results",
         "fixed-3 (no truncation)": "fixed-3", "fixed-1": "fixed-1",
         "budget-greedy": "budget-greedy", "confidence-0.9": "confidence-0.9"}
 
