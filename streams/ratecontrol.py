@@ -9,8 +9,8 @@
   loaded box counts: one late RTT sample may be our own event loop running late, so a queue takes two in a row; a
   REMB is a browser's receive estimate, which starts low and grows only to about 1.5 times what arrives (an easy
   picture the encoder sends under its target keeps it low), so it is a ceiling only while it says less arrives
-  than we send (its estimator saw overuse) while the RTT or loss shows it too, never by itself: else an
-  uncongested loopback path ratchets down to a thumbnail.
+  than we send (its estimator saw overuse) while our own evidence (loss, or a queue in two samples in a row)
+  shows congestion too, never by itself: else an uncongested loopback path ratchets down to a thumbnail.
 * ``UplinkController``: what the browser should send us, from how late its frames arrive (``late_ms``: transit above
   the path's floor, read from each frame's RTP timestamp): cut the bitrate cap (and the resolution, not below
   what the model needs) while frames queue on the way in, raise it again after a calm spell.
@@ -40,7 +40,6 @@ class VideoRateController:
     RTT_RISE_MS = 30.0  # RTT this far above its floor (and 50 % above it) reads as a queue building up
     REMB_SHARE = 0.7  # under overuse, video takes at most this share of what the peer says it can receive
     REMB_OVERUSE = 0.95  # a REMB under this share of what we send (measured) says the receiver sees overuse
-    REMB_QUEUE_MS = 10.0  # ... if the RTT is this far over its floor too (or there is loss)
     DRAINING_MS = 10.0  # RTT this much under the last cut's: the queue drains, the cut is working, wait
     DRAIN_WAIT_S = 3.0  # ... but not for longer than this
     STARVE_AFTER_S = 1.0
@@ -116,9 +115,7 @@ class VideoRateController:
                 self.cuts += 1
         elif now_s - self._last_cut_s >= 2.0:  # a clean spell after the last cut: probe upwards slowly
             self.target_bps *= self.RAISE_PER_S ** dt
-        queue = rtt_ms is not None and rtt_floor_ms is not None and rtt_ms > rtt_floor_ms + self.REMB_QUEUE_MS
-        if remb_bps is not None and sent_bps is not None and remb_bps < self.REMB_OVERUSE * sent_bps and (
-                queue or loss_fraction > 0):
+        if remb_bps is not None and sent_bps is not None and remb_bps < self.REMB_OVERUSE * sent_bps and congested:
             # the peer's estimate says less gets through than we send, and the path shows it (a queue or loss; a
             # browser's start-up estimate alone does not): it, less room for the results, is a ceiling
             self.target_bps = min(self.target_bps, self.REMB_SHARE * float(remb_bps))

@@ -182,7 +182,9 @@ class SharedEncoder(VideoFanout):
         self._force_keyframe = True
         self._t0: float | None = None
         self._last_s = 0.0
+        self._tokens = 2.0
         self._busy = False
+        self._pending: av.VideoFrame | None = None
 
     def request_keyframe(self) -> None:
         super().request_keyframe()
@@ -194,29 +196,44 @@ class SharedEncoder(VideoFanout):
             self._encoder.target_bitrate = self.target_bps
 
     async def encode(self, frame: av.VideoFrame) -> None:
-        """Encode ``frame`` once (off the event loop) and queue its payloads for every viewer; a frame that comes
-        while the last is still being encoded, or faster than the slowest viewer's frame rate, is skipped."""
+        """Encode ``frame`` once (off the event loop) and queue its payloads for every viewer. A frame that comes
+        while the last is still being encoded waits (the newest one only) and goes next; frames over the slowest
+        viewer's frame rate are skipped, by a token bucket of two frames (frames that come bunched, as the
+        analysis takes longer for some, still all go out at the camera's rate)."""
         now = time.monotonic()
-        if not self.viewers or self._busy or now - self._last_s < 0.9 / self.max_fps:
+        self._tokens = min(2.0, self._tokens + (now - self._last_s) * self.max_fps)
+        self._last_s = now
+        if not self.viewers or self._tokens < 1.0:
             return
-        self._busy, self._last_s = True, now
-        self.picture = (frame.width, frame.height)
+        self._tokens -= 1.0
+        if self._busy:
+            self._pending = frame  # the newest waits for the encoder; an older one waiting is replaced
+            return
+        self._busy = True
         try:
-            if self._encoder is None:
-                self._encoder = get_encoder(self.codec)
-                self._retarget()
-            if self._t0 is None:
-                self._t0 = now
-            scale = min((t.scale_down for t in self.viewers), default=1.0)
-            if scale > 1.0:
-                frame = frame.reformat(width=int(frame.width / scale) & ~1, height=int(frame.height / scale) & ~1)
-            frame.pts = int((now - self._t0) * VIDEO_CLOCK_RATE)
-            frame.time_base = VIDEO_TIME_BASE
-            keyframe, self._force_keyframe = self._force_keyframe, False
-            payloads, timestamp = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._encoder.encode, frame, keyframe)
+            next_frame: av.VideoFrame | None = frame
+            while next_frame is not None:
+                await self._encode_one(next_frame)
+                next_frame, self._pending = self._pending, None
         finally:
             self._busy = False
+
+    async def _encode_one(self, frame: av.VideoFrame) -> None:
+        now = time.monotonic()
+        self.picture = (frame.width, frame.height)
+        if self._encoder is None:
+            self._encoder = get_encoder(self.codec)
+            self._retarget()
+        if self._t0 is None:
+            self._t0 = now
+        scale = min((t.scale_down for t in self.viewers), default=1.0)
+        if scale > 1.0:
+            frame = frame.reformat(width=int(frame.width / scale) & ~1, height=int(frame.height / scale) & ~1)
+        frame.pts = int((now - self._t0) * VIDEO_CLOCK_RATE)
+        frame.time_base = VIDEO_TIME_BASE
+        keyframe, self._force_keyframe = self._force_keyframe, False
+        payloads, timestamp = await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._encoder.encode, frame, keyframe)
         if not payloads:
             self._force_keyframe = self._force_keyframe or keyframe  # the keyframe asked for is still owed
             return

@@ -80,6 +80,7 @@ class OutboundVideoTrack(MediaStreamTrack):
         self._slot.on_drop = on_drop
         self._t0: float | None = None
         self._last_sent_s = 0.0
+        self._tokens = 2.0
         self.max_fps = 30.0  # a narrow path gets fewer frames, not a queue (set by the rate controller)
         self.scale_down = 1.0  # ... and smaller ones
         self.sent = 0
@@ -89,11 +90,16 @@ class OutboundVideoTrack(MediaStreamTrack):
         return self._slot.dropped
 
     def offer(self, frame: av.VideoFrame) -> None:
+        """Queue ``frame`` unless it is over ``max_fps``: a token bucket of two frames, so frames that come
+        bunched (the analysis takes longer for some) all go out at the camera's rate, while a narrow path's lower
+        rate still holds on average."""
         now = time.monotonic()
-        if now - self._last_sent_s < 0.9 / self.max_fps:
+        self._tokens = min(2.0, self._tokens + (now - self._last_sent_s) * self.max_fps)
+        self._last_sent_s = now
+        if self._tokens < 1.0:
             self._slot.drop()  # over the frame rate the path allows: dropped here, counted
             return
-        self._last_sent_s = now
+        self._tokens -= 1.0
         self._slot.put(frame)
 
     async def recv(self) -> av.VideoFrame:

@@ -38,7 +38,8 @@ async def test_the_page_keeps_full_rate_and_size_on_loopback_for_a_minute(app_co
     fps = (samples[-1]["decoded"] - first["decoded"]) / wall
     print(f"page: {fps:.1f} fps over {wall:.0f} s, sizes {sorted({(s['w'], s['h']) for s in samples})}; server: "
           f"video target {session['video_target_bps']} bit/s, scale 1/{session['video_scale_down']}, "
-          f"camera answers {camera['answers']}")
+          f"camera answers {camera['answers']}, encoders {camera['encoders']}, video frames sent "
+          f"{session['video_frames_sent']}")
     assert all(s["error"] is None for s in samples)
     assert {(s["w"], s["h"]) for s in samples} == {(first["w"], first["h"])} and first["h"] >= 384, samples
     assert session["video_scale_down"] == 1.0 and session["video_target_bps"] >= 450_000, session

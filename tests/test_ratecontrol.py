@@ -21,8 +21,9 @@ def test_video_rate_cuts_at_once_on_loss_or_a_queue_and_rises_slowly() -> None:
         "a REMB over what arrives is the browser's estimate growing with what we send, not congestion"
     assert c.update(20.3, 0.0, 31.0, 30.0, remb_bps=200_000, sent_bps=300_000).target_bps >= before, \
         "a REMB under what we send on a path with no queue: a browser's start-up estimate, not congestion"
-    assert c.update(20.5, 0.0, 45.0, 30.0, remb_bps=200_000, sent_bps=300_000).target_bps == 140_000, \
-        "a REMB under what we send and the RTT 15 ms over its floor: overuse, 70 % of it is the ceiling"
+    c.update(20.4, 0.0, 75.0, 30.0, remb_bps=200_000, sent_bps=300_000)
+    assert c.update(20.5, 0.0, 75.0, 30.0, remb_bps=200_000, sent_bps=300_000).target_bps == 140_000, \
+        "a REMB under what we send and a queue twice in a row: overuse, 70 % of the REMB is the ceiling"
     for t in range(40):
         rate = c.update(21.0 + t, 0.3, 300.0, 30.0)
     assert c.target_bps == 60_000, "never under the floor"
@@ -48,8 +49,8 @@ def test_video_rate_waits_while_a_queue_drains_and_sends_smaller_frames_when_nar
         rate = c.update(float(t), 0.0, 30.0, 30.0)
     assert rate.target_bps > 450_000 and rate.scale_down == 1.0, "full size again once the target recovers"
     c = VideoRateController(start_bps=500_000)
-    for t in range(5):
-        c.update(float(t), 0.01, 30.0, 30.0, remb_bps=400_000, sent_bps=500_000)
+    c.update(0.0, 0.0, 75.0, 30.0, remb_bps=400_000, sent_bps=500_000)
+    c.update(0.1, 0.0, 75.0, 30.0, remb_bps=400_000, sent_bps=500_000)  # a queue twice: cut, and the REMB caps
     assert c.rate.target_bps == 280_000 and c.rate.scale_down == 2.0
     c.update(6.0, 0.0, 30.0, 30.0, remb_bps=600_000, sent_bps=280_000)
     assert c.rate.scale_down == 2.0, "between 300 and 450 kbit/s the size stays as it was"
