@@ -178,7 +178,8 @@ class UplinkController:
     60 % of what it is every ``CUT_EVERY_S``; after ``CALM_S`` of
     frames on time, raise it by a quarter every ``CALM_S``, and lift it altogether above ``MAX_BPS``.  Under
     400 kbit/s ask for half the resolution, under 200 for a quarter (never under ``min_height`` lines: the
-    model still needs its input size); always 30 fps.
+    model still needs its input size), under ``LOW_FPS_BPS`` for 15 fps: fewer frames, each still readable
+    (the browser keeps the frame rate it is asked for: the page sets ``maintain-framerate``).
 
     ``max_height``: a session that only wants results asks for no more lines than the analysis uses (the browser
     scales its camera down before it encodes; the server then decodes a fraction of the pixels), and no more bits
@@ -197,6 +198,7 @@ class UplinkController:
     WARMUP_S = 5.0  # the first seconds of a session are late anyway (connecting, the encoder ramping up)
     RAMP_MS = 15.0  # transit up this much in each half of the last second: a queue filling, not a step
     UPLINK_SHARE = 0.75  # the frames' extra transit is at least this share of the RTT's rise: a queue on the way in
+    LOW_FPS_BPS = 150_000.0  # under this cap, 15 fps: at 30, a 320x240 frame gets ~500 bytes and is unreadable
     UPLINK_BPP = 0.15  # bits per pixel at 30 fps a results-only picture is given: 221 kbit/s at 256x192
 
     def __init__(self, min_height: int = 240, max_height: int | None = None) -> None:
@@ -304,8 +306,8 @@ class UplinkController:
             ceiling = self.ceiling_bps
             return UplinkRequest(None if ceiling is None else int(ceiling), base, 30.0)
         # half resolution under 400 kbit/s (full again only from 600: a keyframe at full size is a burst of its
-        # own), a quarter under 200 (not under min_height); never fewer frames: each frame the camera takes is a
-        # question the server answers, and a browser short of bits at a size drops frames unasked
+        # own), a quarter under 200 (not under min_height); fewer frames only under LOW_FPS_BPS, where 30 a second
+        # get too few bits each to stay readable (the model's detail, a probe's stamp): asked for, and counted
         halve = cap < 400_000 or (self._scale > 1.0 and cap < 600_000)
         scale = 1.0
         for s in ((4.0,) if cap < 200_000 else ()) + ((2.0,) if halve else ()):
@@ -313,4 +315,4 @@ class UplinkController:
                 scale = s
                 break
         self._scale = scale
-        return UplinkRequest(int(cap), max(base, scale), 30.0)
+        return UplinkRequest(int(cap), max(base, scale), 15.0 if cap < self.LOW_FPS_BPS else 30.0)

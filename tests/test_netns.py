@@ -176,10 +176,18 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     opts = BenchOptions(lead_s=10.0, video_npz=demo, video_images=150)  # RTT and depth, not accuracy: a short video
     camera, _ = camera_video(demo, tmp_path, opts.video_images)
     with netns.namespaces() as ns:
-        summary = run_one(ns, Path(trace.name), trace, "dynamic-index", opts, tmp_path / "run", camera)
+        summary = run_one(ns, Path(trace.name), trace, "dynamic-index, fitted lam", opts, tmp_path / "run", camera)
     import csv
+    import json
 
-    rows = list(csv.DictReader((tmp_path / "run" / "frames.csv").open()))
+    counts = json.loads((tmp_path / "run" / "counts.json").read_text())
+    print(f"every frame stamped: {counts}; answered {summary['frames']} ({summary['skipped']} skipped at the "
+          f"server), on time {100 * summary['on_time_of_sent']:.1f} % of those stamped")
+    assert counts["sent"] == summary["frames"] + counts["unanswered"], "every frame stamped is answered or counted"
+    assert counts["unanswered"] == counts["not_sent"] + counts["unreadable"] + counts["lost"], \
+        "each unanswered frame has a reason"
+    assert summary["late"] + round(summary["on_time_of_sent"] * counts["sent"]) == summary["frames"]
+    rows = [r for r in csv.DictReader((tmp_path / "run" / "frames.csv").open()) if r["skipped"] != "True"]
     t = np.array([float(r["t_s"]) for r in rows])
     est = np.array([float(r["rtt_estimate_ms"]) for r in rows])
     applied = np.array([float(r["applied_rtt_ms"]) for r in rows])

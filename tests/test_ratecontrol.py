@@ -88,14 +88,14 @@ def test_uplink_cap_is_cut_while_frames_queue_and_raised_when_calm() -> None:
     second = u.update(7.1, 95.0, frame_height=240)
     assert second is not None and second.max_bitrate_bps == 172_800 and second.scale_down == 2.0
     third = u.update(7.7, 95.0, frame_height=240)
-    assert third is not None and third.max_bitrate_bps == 120_000 and third.max_fps == 30.0, \
-        "never under the floor, and never fewer frames: coarser ones"
+    assert third is not None and third.max_bitrate_bps == 120_000 and third.max_fps == 15.0, \
+        "never under the floor; under 150 kbit/s fewer frames, each still readable"
     assert third.scale_down == 2.0, "under 200 kbit/s a quarter, but not under min_height (240 of 480 lines)"
     v = UplinkController(min_height=96)
     v.update(0.0, 0.0, frame_height=480)
     asked = [v.update(t, 95.0, frame_height=480) for t in (5.0, 5.9, 6.5, 7.1, 7.7)]
     low = [a for a in asked if a is not None][-1]
-    assert low.max_bitrate_bps < 200_000 and low.scale_down == 4.0 and low.max_fps == 30.0, low
+    assert low.max_bitrate_bps < 200_000 and low.scale_down == 4.0, low
     q = UplinkController()
     assert q.update(0.0, 0.0) is None and q.update(5.0, 70.0) is None
     deep = q.update(6.0, 250.0, incoming_bps=300_000)

@@ -81,6 +81,46 @@ def bench_policy(folder: Path, frames: int = 2000) -> str:
             exits += ran
         lines.append(f"{pol.name:<16}{statistics.median(per_frame):>10.2f}{np.percentile(per_frame, 95):>9.2f}"
                      f"{exits / len(probs):>11.2f}")
+    lines.append(governor_cost(folder, manifest.costs_ms))
     seg = ", ".join(f"{e.name} {e.cpu_cost.median_ms * 1e3:.0f} us" for e in manifest.exits)
     lines.append(f"segment cost for comparison (manifest, CPU median): {seg}")
     return "\n".join(lines)
+
+
+def governor_cost(folder: Path, costs_ms: list[float], frames: int = 3000, fps: float = 30.0) -> str:
+    """What the load governor adds per frame (``LoadGovernor.arrived`` and ``policy``: the point re-evaluated every
+    ``EVERY_S``), and what re-solving the dynamic index for new segment costs takes (``build_policy``; done in a
+    worker thread when the shares move, at most every ``RESOLVE_EVERY_S``)."""
+    from edge_app.config import PolicyConfig
+    from edge_app.governor import LoadGovernor
+    from edge_app.scheduler import policy_from_config
+    from models.fit import build_policy, fit_chain
+    from models.folder import load_traces, policy_meta
+    from models.manifest import read_manifest
+    from models.operating import operating_points
+
+    policy = policy_from_config(PolicyConfig(kind="dynamic-index"), folder)
+    g = LoadGovernor(operating_points(folder, policy), 0.85, 1)
+    per_frame = []
+    for i in range(frames):
+        now = i / fps
+        t0 = time.perf_counter_ns()
+        g.arrived("cam", now)
+        g.policy(now, lambda: costs_ms)
+        per_frame.append((time.perf_counter_ns() - t0) / 1e3)
+    manifest = read_manifest(folder)
+    meta = policy_meta(folder)
+    probs, labels = load_traces(folder, manifest, str(meta["calibration_traces"]))
+    chain = fit_chain(probs, labels, costs_ms, loss_kind=str(meta["loss_kind"]))
+    solves = []
+    for _ in range(30):
+        t0 = time.perf_counter_ns()
+        build_policy(chain, float(meta["lam"]))
+        solves.append((time.perf_counter_ns() - t0) / 1e3)
+    solve = statistics.median(solves)
+    exit1 = costs_ms[0] * 1e3
+    worst = solve / (g.RESOLVE_EVERY_S * fps)  # a re-solve every RESOLVE_EVERY_S, spread over its frames
+    return (f"load governor per frame: median {statistics.median(per_frame):.2f} us, p95 "
+            f"{np.percentile(per_frame, 95):.2f} us ({100 * statistics.median(per_frame) / exit1:.2f} % of exit 1); "
+            f"re-solving the index for new costs: {solve:.0f} us, at most every {g.RESOLVE_EVERY_S:g} s "
+            f"= {worst:.1f} us a frame at {fps:g} fps ({100 * worst / exit1:.2f} % of exit 1; in a worker thread)")

@@ -53,6 +53,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "as shipped": {},  # config.toml's [policy]: kind = "auto" (fit-policy's held-out choice), adapt_to_load
     "as shipped, results only": {"video_back": False},
     "dynamic-index": {"kind": "dynamic-index"},
+    # depth set by the deadline alone (the fitted lam, whatever the arrival rate): what a delay step does to it
+    "dynamic-index, fitted lam": {"kind": "dynamic-index", "adapt_to_load": False},
     "dynamic-index, results only": {"kind": "dynamic-index", "video_back": False},
     "fixed-3 (no truncation)": {"kind": "fixed", "fixed_exit": 3, "truncate": False},
     "fixed-1": {"kind": "fixed", "fixed_exit": 1},
@@ -60,7 +62,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "confidence-0.9": {"kind": "confidence", "threshold": 0.9},
 }
 SLUG = {"as shipped": "shipped", "as shipped, results only": "shipped-results",
-        "dynamic-index": "dynamic-index", "dynamic-index, results only": "dynamic-index-results",
+        "dynamic-index": "dynamic-index",
+        "dynamic-index, fitted lam": "dynamic-index-fitted", "dynamic-index, results only": "dynamic-index-results",
         "fixed-3 (no truncation)": "fixed-3", "fixed-1": "fixed-1",
         "budget-greedy": "budget-greedy", "confidence-0.9": "confidence-0.9"}
 
@@ -139,8 +142,9 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
     """Per-frame records of the frames stamped within the trace that got a result; and every frame stamped there,
     counted as users see it: ``sent`` (stamped by the page: the denominator), ``unanswered``, of which
     ``not_sent`` (the browser's encoder never sent them: it was asked for fewer frames, or its own rate control
-    dropped them; from its ``framesSent``) and ``lost`` (sent, but no answer came back: lost on the path, not
-    decoded, or the answer itself lost)."""
+    dropped them; from its ``framesSent``), ``unreadable`` (answered, but the server could not read the frame's
+    stamp, so the page cannot tell which frame: as many as such answers arrived in the window) and ``lost`` (sent,
+    and no answer came back: lost on the path, not decoded, or the answer itself lost)."""
     sent = {c: (t, src) for c, t, src in page["sent"]}
     displayed: dict[int, float] = {}
     for c, t in page["displays"]:
@@ -171,8 +175,13 @@ def frame_records(page: dict[str, Any], applied: AppliedDelay, t0: float, durati
     out.sort(key=lambda f: f.t_s)
     unanswered = len(in_window) - len(answered)
     not_sent = min(unanswered, max(0, len(in_window) - frames_sent_between(page.get("stats", []), in_window, sent)))
+    # a result whose frame's stamp the server could not read (a frame coded too coarsely) answers a frame the page
+    # cannot name: counted apart, from the results that arrived in the window without one
+    unreadable = sum(1 for r in page["results"]
+                     if r.get("stamp") is None and 0 <= r["arrival_ms"] / 1e3 - t0 < duration)
+    unmatched = min(unanswered - not_sent, unreadable)
     return out, {"sent": len(in_window), "unanswered": unanswered, "not_sent": not_sent,
-                 "lost": unanswered - not_sent}
+                 "unreadable": unmatched, "lost": unanswered - not_sent - unmatched}
 
 
 def frames_sent_between(stats: list[list[float]], window: set[int], sent: dict[int, tuple[float, Any]]) -> int:

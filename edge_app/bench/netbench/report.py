@@ -88,6 +88,7 @@ def summarise(frames: list[FrameRecord], counts: dict[str, int], trace: Trace, t
     unanswered = counts["unanswered"]
     sent = counts.get("sent", len(frames) + unanswered)
     every = {"sent": sent, "unanswered": unanswered, "not_sent": counts.get("not_sent"), "lost": counts.get("lost"),
+             "unreadable": counts.get("unreadable"),
              "on_time_of_sent": sum(f.hit for f in frames) / sent if sent else None,
              "late": sum(not f.hit for f in frames), "skipped": sum(f.skipped for f in frames)}
     if not frames:
@@ -275,7 +276,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     """Every frame the browser stamped is in the first columns' denominator ("frames sent"); the hit rates after
     them are of answered frames, for the phases."""
     head = ("| policy | frames sent | answered on time % of sent | late | unanswered (not sent by the browser / "
-            "lost) | skipped at the server (answered from the smoothed state) "
+            "answered, stamp unreadable / lost) | skipped at the server (answered from the smoothed state) "
             "| hit % of answered | hit % of answered (good / bad) | accuracy % | accuracy good / bad % "
             "| mean compute ms | mean exit (good / bad) | misses in 1st s after worsening | result p50 / p95 ms "
             "| display p50 / p95 ms | misses (with exit 1 alone) | misses no policy could avoid "
@@ -283,7 +284,8 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     rows = [head, "|" + "---|" * 18]
     for name, s in results.items():
         every = (f"| {name} | {s.get('sent', '–')} | {fmt(s.get('on_time_of_sent'), 100)} | {s.get('late', '–')} | "
-                 f"{s.get('unanswered', '–')} ({s.get('not_sent', '–')} / {s.get('lost', '–')}) | "
+                 f"{s.get('unanswered', '–')} ({s.get('not_sent', '–')} / {s.get('unreadable', '–')} / "
+                 f"{s.get('lost', '–')}) | "
                  f"{s.get('skipped', '–')} ")
         if not s.get("frames"):
             rows.append(every + "| – " * 12 + "|")
