@@ -101,8 +101,14 @@ def compare(a: Family, b: Family, levels: np.ndarray, resamples: int = 1000, see
     return {"a": a.name, "b": b.name, "rows": rows, "levels_both": int(both.sum()),
             "area": float(point[both].mean()) if both.any() else float("nan"),
             "area_lo": float(np.percentile(area, 2.5)), "area_hi": float(np.percentile(area, 97.5)),
-            "not_costlier": int(sum(1 for r in rows if np.isfinite(r["diff"]) and r["lo"] <= 0)),
-            "cheaper": int(sum(1 for r in rows if np.isfinite(r["diff"]) and r["hi"] < 0))}
+            # levels both reach, by what the interval says; "unsettled": in over a tenth of the resamples one of the
+            # fronts does not reach the level at all (the top levels), so there is no interval
+            "cheaper": int(sum(1 for r in rows if np.isfinite(r["diff"]) and r["hi"] < 0)),
+            "includes_0": int(sum(1 for r in rows if np.isfinite(r["diff"]) and r["lo"] <= 0 <= r["hi"])),
+            "costlier": int(sum(1 for r in rows if np.isfinite(r["diff"]) and r["lo"] > 0)),
+            "unsettled": int(sum(1 for r in rows if np.isfinite(r["diff"]) and np.isnan(r["lo"]))),
+            "unsettled_point": [round(float(r["diff"]), 3) for r in rows
+                                if np.isfinite(r["diff"]) and np.isnan(r["lo"])]}
 
 
 def levels_below(final_accuracy: float, within: float = 0.02, step: float = 0.001) -> np.ndarray:

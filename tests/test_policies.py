@@ -218,3 +218,25 @@ def test_the_live_policy_reads_the_state_the_chain_was_fitted_on(tmp_path: Path,
                 want = k + 1
                 break
         assert run_all(live, probs[i])[0] == want
+
+
+def test_paired_bootstrap_fronts_tell_a_cheaper_family_from_a_tie() -> None:
+    """``models.compare``: a family that pays less for the same answers is cheaper at every level with an interval
+    under 0; a family against itself differs by 0 with an interval around it; levels one front never reaches have
+    no difference."""
+    from models.compare import Family, compare
+
+    rng = np.random.default_rng(3)
+    n, params = 800, 6
+    correct = rng.random((params, n)) < np.linspace(0.80, 0.95, params)[:, None]
+    cost = np.linspace(0.3, 1.0, params)[:, None] + 0.05 * rng.random((params, n))
+    dear = Family("dear", tuple(range(params)), cost, correct)
+    cheap = Family("cheap", tuple(range(params)), 0.8 * cost, correct)
+    levels = np.round(np.arange(0.80, 0.951, 0.01), 3)
+    res = compare(cheap, dear, levels, resamples=200)
+    settled = [r for r in res["rows"] if np.isfinite(r["diff"]) and not np.isnan(r["lo"])]
+    assert settled and all(r["hi"] < 0 for r in settled) and res["cheaper"] == len(settled)
+    assert res["area_hi"] < 0 < res["area_lo"] + 1.0
+    same = compare(dear, dear, levels, resamples=200)
+    assert same["area"] == 0 and same["costlier"] == same["cheaper"] == 0
+    assert any(not np.isfinite(r["diff"]) for r in res["rows"]) or res["levels_both"] == len(levels)

@@ -179,7 +179,7 @@ async function connect() {
     if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
     edge.session = answer.session;
     await pc.setRemoteDescription({ sdp: answer.sdp, type: answer.type });
-    for (const sender of pc.getSenders()) {  // from the first frame: coarser frames when short, never fewer
+    for (const sender of pc.getSenders()) {  // from the first frame: short of CPU, smaller frames, not fewer
       if (!sender.track || sender.track.kind !== "video") continue;
       const p = sender.getParameters();
       p.degradationPreference = "maintain-framerate";
@@ -266,11 +266,13 @@ async function applyUplink(msg) {
     if (!p.encodings || !p.encodings.length) p.encodings = [{}];
     p.encodings[0].scaleResolutionDownBy = msg.scale_down;
     p.encodings[0].maxFramerate = msg.max_fps;
-    if (msg.max_bitrate_bps === null) delete p.encodings[0].maxBitrate;  // no cap: congestion control decides
-    else p.encodings[0].maxBitrate = msg.max_bitrate_bps;
-    // every frame is a question the server answers: short of bits or CPU, send coarser or smaller frames, never
-    // fewer ("balanced" and "maintain-resolution" halve the frame rate, and those frames get no answer at all)
-    p.degradationPreference = "maintain-framerate";
+    if (msg.max_bitrate_bps === null) {  // no cap: the browser keeps the frame rate, and may send smaller frames
+      delete p.encodings[0].maxBitrate;
+      p.degradationPreference = "maintain-framerate";
+    } else {  // the server chose the size (never under what the model needs): fewer frames, not smaller ones
+      p.encodings[0].maxBitrate = msg.max_bitrate_bps;
+      p.degradationPreference = "maintain-resolution";
+    }
     try { await sender.setParameters(p); edge.uplinkApplied += 1; } catch (err) { console.warn("setParameters", err); }
   }
 }
