@@ -170,7 +170,11 @@ class AnalysisPipeline:
                 for tap in list(self.frame_taps):  # capture for teaching: what the model sees (copied if kept)
                     tap(sf.seq, prepared.view)
                 deciding = asyncio.ensure_future(self.decider.decide(prepared))
-                ahead = await self._take_ahead(deciding)
+                try:
+                    ahead = await self._take_ahead(deciding)
+                except asyncio.CancelledError:  # stopped: the frame in DECIDE goes too
+                    deciding.cancel()
+                    raise
                 dec, sm = await deciding
                 out = await self._finish(prepared, dec, sm)
             except (SegmentRunError, ValueError) as exc:

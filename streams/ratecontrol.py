@@ -212,6 +212,7 @@ class UplinkController:
         self._late_since: float | None = None
         self._calm_since: float | None = None
         self._changed_s = -1e9
+        self._fps = 30.0  # the frame rate last asked for
         self._arrivals: deque[tuple[float, float]] = deque()
 
     @property
@@ -257,6 +258,11 @@ class UplinkController:
         if arrival_ms is not None and (self.queue_growing(now_s, arrival_ms) or self.uplink_share(arrival_ms,
                                                                                                    rtt_rise_ms)):
             late_ms = max(late_ms, arrival_ms)
+        if self.cap_bps is not None or self.ceiling_bps is not None:
+            # under our own cap the browser's pacer spreads each frame over up to a frame interval: its last packet
+            # is that much later than its first, and that is the cap working, not a queue (else a low cap keeps
+            # itself low: a cellular run never raised 120 kbit/s at 15 fps, ~40 ms late a frame)
+            late_ms = max(0.0, late_ms - 1000.0 / self._fps)
         if late_ms >= self.LATE_MS:
             self._calm_since = None
             if self._late_since is None:
@@ -304,6 +310,7 @@ class UplinkController:
         base = self.base_scale
         if cap is None:
             ceiling = self.ceiling_bps
+            self._fps = 30.0
             return UplinkRequest(None if ceiling is None else int(ceiling), base, 30.0)
         # half resolution under 400 kbit/s (full again only from 600: a keyframe at full size is a burst of its
         # own), a quarter under 200 (not under min_height); fewer frames only under LOW_FPS_BPS, where 30 a second
@@ -315,4 +322,5 @@ class UplinkController:
                 scale = s
                 break
         self._scale = scale
-        return UplinkRequest(int(cap), max(base, scale), 15.0 if cap < self.LOW_FPS_BPS else 30.0)
+        self._fps = 15.0 if cap < self.LOW_FPS_BPS else 30.0
+        return UplinkRequest(int(cap), max(base, scale), self._fps)

@@ -81,7 +81,8 @@ def test_uplink_cap_is_cut_while_frames_queue_and_raised_when_calm() -> None:
     assert u.update(5.3, 90.0) is None, "nor a late spell shorter than a delay step takes to show in the RTT"
     first = u.update(5.9, 90.0, frame_height=480)
     assert first is not None and first.max_bitrate_bps == 480_000 and first.scale_down == 1.0, "60 % of the start"
-    mid = u.update(6.5, 90.0, frame_height=480)
+    assert u.update(6.5, 80.0, frame_height=480) is None, "under the cap, a frame interval of lateness is pacing"
+    mid = u.update(6.6, 95.0, frame_height=480)
     assert mid is not None and mid.max_bitrate_bps == 288_000
     assert mid.scale_down == 2.0 and mid.max_fps == 30.0, "under 400 kbit/s: half the resolution"
     assert u.update(6.7, 95.0) is None, "at most one cut per 0.5 s"
