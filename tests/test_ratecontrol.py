@@ -169,7 +169,7 @@ def test_a_results_only_uplink_asks_for_the_lines_the_analysis_uses_from_the_fir
     assert first.max_bitrate_bps == 345_600, "and the bits such a picture needs (0.15 bit a pixel at 30 fps)"
     assert u.update(0.1, 0.0, frame_height=240) is None and u.level == 0, "no congestion cap"
     for t in (5.0, 5.9):
-        cut = u.update(t, 90.0, frame_height=240)
+        cut = u.update(t, 100.0, frame_height=240)  # 67 ms after the ceiling's pacing (a frame interval)
     assert cut is not None and cut.max_bitrate_bps == 207_360 and cut.scale_down == 2.0, "a cut keeps to the ceiling"
     for t in (6.0, 9.0, 12.1, 15.2):  # raised by a quarter every 3 s calm: 345.6, 432, then the ceiling
         back = u.update(t, 0.0, frame_height=240)
