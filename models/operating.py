@@ -28,9 +28,13 @@ class OperatingPoint:
     accuracy: float  # on the calibration traces
     cost: float  # mean cost per frame as a fraction of full depth (all exits), on the calibration traces
 
-    def summary(self) -> dict[str, float]:
-        return {"lam": round(float(self.lam), 6), "calibration_accuracy": round(float(self.accuracy), 4),
-                "cost_fraction": round(float(self.cost), 4)}
+    def summary(self) -> dict[str, float | None]:
+        """For ``/status`` (JSON: a policy with no fitted figures, a fixed exit say, has None, never NaN)."""
+        def num(v: float, digits: int) -> float | None:
+            return round(float(v), digits) if np.isfinite(v) else None
+
+        return {"lam": num(self.lam, 6), "calibration_accuracy": num(self.accuracy, 4),
+                "cost_fraction": num(self.cost, 4)}
 
 
 def operating_points(folder: Path, policy: ExitPolicy, count: int = 8, costs_ms: Sequence[float] | None = None

@@ -147,3 +147,13 @@ async def test_the_index_is_re_solved_when_a_segment_gets_dearer_and_goes_there_
     before, after = reach3(policy), reach3(g.points[0].policy)
     print(f"segment 3 run on {100 * before:.1f} % of calibration frames before, {100 * after:.1f} % re-solved")
     assert after < before - 0.02, (before, after)
+
+
+def test_status_is_json_for_a_policy_without_fitted_points() -> None:
+    """A fixed exit has one operating point and no calibration figures: /status must still be valid JSON (the
+    page parses it; NaN is not JSON)."""
+    import json
+
+    g = LoadGovernor(operating_points(DEFAULT_MODEL, FixedExit(3)), 0.85, 1)
+    status = json.loads(json.dumps(g.status(), allow_nan=False))
+    assert status["lam"] is None and status["cost_fraction"] == 1.0
