@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 Subscriber = Callable[[AnalysedFrame], None]
 
 
+def _discard(future: asyncio.Future[Any]) -> None:
+    """A frame's preparation nobody waits for any more: its outcome, an error included, is dropped."""
+    if not future.cancelled():
+        future.exception()
+
+
 @dataclass(frozen=True)
 class Engine:
     """What every pipeline of the app shares: the inference service, the exit policy, metrics, media threads."""
@@ -199,21 +205,25 @@ class AnalysisPipeline:
 
     async def _take_ahead(self, deciding: asyncio.Future[Any]
                           ) -> tuple[SourceFrame, Decider, asyncio.Future[PreparedFrame]] | None:
-        """While ``deciding`` runs, the next frame to arrive, already being prepared; None if none came."""
-        getter = asyncio.ensure_future(self.slot.get())
-        await asyncio.wait({deciding, getter}, return_when=asyncio.FIRST_COMPLETED)
-        if not getter.done():
-            getter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await getter
-            if not getter.cancelled() and getter.exception() is None:  # it took a frame as it was cancelled
-                sf = getter.result()
-                return sf, self.decider, self._prepare(sf)
-            return None
-        if getter.exception() is not None:  # the source closed: finish this frame, then stop
-            return None
-        sf = getter.result()
-        return sf, self.decider, self._prepare(sf)
+        """While ``deciding`` runs, the newest frame to arrive, already being prepared; None if none came. A frame
+        taken ahead that a newer one overtakes before ``deciding`` ends is answered from the smoothed state (as the
+        slot answers frames it replaces): the frame analysed next is the freshest, with the most budget left."""
+        ahead: tuple[SourceFrame, Decider, asyncio.Future[PreparedFrame]] | None = None
+        while not deciding.done():
+            getter = asyncio.ensure_future(self.slot.get())
+            await asyncio.wait({deciding, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await getter
+            if getter.cancelled() or getter.exception() is not None:  # none came, or the source closed
+                break
+            sf = getter.result()
+            if ahead is not None:
+                ahead[2].add_done_callback(_discard)
+                self._skipped(ahead[0])
+            ahead = (sf, self.decider, self._prepare(sf))
+        return ahead
 
     # --- the stages ----------------------------------------------------------------------------------------
 
