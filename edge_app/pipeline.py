@@ -150,7 +150,7 @@ class AnalysisPipeline:
         return self._task is not None and not self._task.done()
 
     async def _run(self) -> None:
-        """Frame by frame, two deep: while frame N is in DECIDE (the inference thread), the next frame that arrives
+        """Frame by frame, two deep: while frame N is in DECIDE (the inference thread), the newest frame to arrive
         is converted and pre-processed in a media thread, so the inference thread waits for no conversion and a
         source's frame interval only has to hold the slower of the two. A model swap in between prepares it
         again for the new model."""
