@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -38,12 +39,6 @@ from streams.stamp import read_stamp
 log = logging.getLogger(__name__)
 
 Subscriber = Callable[[AnalysedFrame], None]
-
-
-def _discard(future: asyncio.Future[Any]) -> None:
-    """A frame's preparation nobody waits for any more: its outcome, an error included, is dropped."""
-    if not future.cancelled():
-        future.exception()
 
 
 @dataclass(frozen=True)
@@ -219,11 +214,17 @@ class AnalysisPipeline:
             if getter.cancelled() or getter.exception() is not None:  # none came, or the source closed
                 break
             sf = getter.result()
-            if ahead is not None:
-                ahead[2].add_done_callback(_discard)
-                self._skipped(ahead[0])
+            if ahead is not None:  # answered once its preparation is done: its frame is in a media thread now
+                ahead[2].add_done_callback(functools.partial(self._overtaken, ahead[0]))
             ahead = (sf, self.decider, self._prepare(sf))
         return ahead
+
+    def _overtaken(self, sf: SourceFrame, future: asyncio.Future[PreparedFrame]) -> None:
+        """A frame taken ahead that a newer one overtook, answered from the smoothed state with the stamp its
+        preparation read (never reading the frame here while a media thread converts it: PyAV's frames are not
+        safe to convert from two threads at once, and that hung the event loop)."""
+        prepared = None if future.cancelled() or future.exception() is not None else future.result()
+        self._skipped(sf, None if prepared is None else prepared.stamp, read=False)
 
     # --- the stages ----------------------------------------------------------------------------------------
 
@@ -256,13 +257,14 @@ class AnalysisPipeline:
         if self.engine.load is not None:
             self.engine.load.arrived(self.source, time.monotonic())
 
-    def _skipped(self, sf: SourceFrame) -> None:
+    def _skipped(self, sf: SourceFrame, stamp: int | None = None, read: bool = True) -> None:
         """A frame replaced by a newer one before analysis: answered at once from the smoothed state. Behind a busy
         pipeline that is load, and the governor hears of it; not while a model swap or a capture holds it up."""
         load = self.engine.load
         if load is not None and self._busy and self._next is None and not self.frame_taps:
             load.dropped(time.monotonic())
-        stamp = read_stamp(sf.frame.to_ndarray(format="gray")) if self.settings.probe else None
+        if read and self.settings.probe:  # a frame from the slot: no other thread holds it
+            stamp = read_stamp(sf.frame.to_ndarray(format="gray"))
         result = self.decider.skipped_result(sf, self.network(), stamp, self.slot.dropped)
         if result is None:
             self.unanswered["no-answer-yet"] += 1
