@@ -28,6 +28,7 @@ capture, a burst after a camera reconnects while the pipeline was idle) are not 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -178,8 +179,6 @@ class LoadGovernor:
     def _maybe_resolve(self, segment_ms: list[float]) -> None:
         if self.resolver is None or self._resolving or not self.shifted(segment_ms):
             return
-        import asyncio
-
         self._resolving = True
         resolver, costs = self.resolver, list(segment_ms)
         future = asyncio.get_running_loop().run_in_executor(None, resolver, costs)

@@ -20,8 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from models.evaluate import DEFAULT_ENTROPIES, DEFAULT_THRESHOLDS
 from models.fit import LAM_GRID, FittedChain, build_policy
-from models.policies import ConfidenceThreshold, EntropyThreshold, ExitPolicy, run_on_trace
+from models.policies import ConfidenceThreshold, EntropyThreshold, ExitPolicy
+from models.select import per_frame
 
 
 @dataclass(frozen=True)
@@ -33,18 +35,10 @@ class Family:
 
 
 def replay_family(name: str, policies: Sequence[tuple[float, ExitPolicy]], probs: np.ndarray, labels: np.ndarray,
-                  costs: np.ndarray, horizon: int | None = None) -> Family:
-    horizon = horizon or probs.shape[1]
-    cum = np.cumsum(costs)
-    n = len(labels)
-    cost = np.empty((len(policies), n))
-    correct = np.empty((len(policies), n), bool)
-    for p, (_, policy) in enumerate(policies):
-        for i in range(n):
-            ran, choice = run_on_trace(policy, probs[i], horizon)
-            cost[p, i] = cum[ran - 1]
-            correct[p, i] = probs[i, choice].argmax() == labels[i]
-    return Family(name, tuple(float(x) for x, _ in policies), cost, correct)
+                  costs: np.ndarray) -> Family:
+    rows = [per_frame(policy, probs, labels, costs) for _, policy in policies]
+    return Family(name, tuple(float(x) for x, _ in policies), np.stack([c for c, _ in rows]),
+                  np.stack([r for _, r in rows]))
 
 
 def resolved(chain: FittedChain, costs: np.ndarray) -> FittedChain:
@@ -58,13 +52,11 @@ def index_family(chain: FittedChain, probs: np.ndarray, labels: np.ndarray, cost
     return replay_family(name, [(lam, build_policy(c, lam, min_exit)) for lam in lams], probs, labels, costs)
 
 
-THRESHOLDS = tuple(float(t) for t in np.concatenate([np.linspace(0.3, 0.9, 31), 1 - np.geomspace(0.09, 0.001, 30)]))
-ENTROPIES = tuple(float(t) for t in np.geomspace(0.001, 0.7, 61))
-
-
 def threshold_families(probs: np.ndarray, labels: np.ndarray, costs: np.ndarray) -> list[Family]:
-    return [replay_family("confidence", [(t, ConfidenceThreshold(t)) for t in THRESHOLDS], probs, labels, costs),
-            replay_family("entropy", [(t, EntropyThreshold(t)) for t in ENTROPIES], probs, labels, costs)]
+    confidence = [(t, ConfidenceThreshold(t)) for t in DEFAULT_THRESHOLDS]
+    entropy = [(t, EntropyThreshold(t)) for t in DEFAULT_ENTROPIES]
+    return [replay_family("confidence", confidence, probs, labels, costs),
+            replay_family("entropy", entropy, probs, labels, costs)]
 
 
 def front(f: Family, weights: np.ndarray, levels: np.ndarray) -> np.ndarray:

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from models.evaluate import DEFAULT_THRESHOLDS
 from models.fit import build_policy, fit_chain, lam_for_target
 from models.policies import ConfidenceThreshold, ExitPolicy, run_on_trace
 
-THRESHOLDS = tuple(float(t) for t in np.concatenate([np.linspace(0.3, 0.9, 31), 1 - np.geomspace(0.09, 0.001, 30)]))
+THRESHOLDS = DEFAULT_THRESHOLDS  # the thresholds `edge-app evaluate` sweeps
 TIE = 0.005  # held-out accuracies this close: the cheaper policy
 
 
