@@ -322,7 +322,9 @@ def _write_summary(out: Path, stem: str, per: dict[str, dict[str, Any]], opts: B
               else "emulated segments " + "/".join(f"{ms:g}" for ms in opts.segment_ms) + " ms")
     md = (f"## {stem} (total budget {opts.total_budget_ms:.0f} ms, {device}, "
           f"margin {opts.safety_margin_ms:g} ms)\n\n{table(per)}\n\n"
-          f"Latency by stage, p50 ms:\n\n{latency_table(per)}\n")
+          f"Latency by stage, p50 ms:\n\n{latency_table(per)}\n\nAccuracy while the network is good, of the frames the "
+          "model answered itself (not reused, not skipped): " + ", ".join(
+              f"{name} {fmt(s.get('accuracy_good_analysed'), 100)} %" for name, s in per.items()) + "\n")
     if any(s.get("frames_recovering") for s in per.values()):
         md += f"\nWhile the network is good, just after it came back and once settled:\n\n{recovery_table(per)}\n"
     (out / stem / "summary.md").write_text(md)

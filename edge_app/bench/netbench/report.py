@@ -122,6 +122,8 @@ def summarise(frames: list[FrameRecord], counts: dict[str, int], trace: Trace, t
         "frames": len(frames), **every,
         "deadline_hit_rate": float(np.mean([f.hit for f in frames])),
         "accuracy": acc(frames), "accuracy_good": acc(good), "accuracy_bad": acc(bad),
+        # the frames the model itself answered while the path was good (not reused, not skipped)
+        "accuracy_good_analysed": acc([f for f in good if f.exits_run > 0]),
         # good network split: the RECOVERY_S after the path came back, and the rest (settled)
         "frames_recovering": len(recovering), "accuracy_recovering": acc(recovering),
         "accuracy_settled": acc(settled),
