@@ -63,7 +63,8 @@ def serve(cfg: AppConfig, host_arg: str | None, port_arg: int | None,
     import asyncio
 
     from edge_app.access import TOKEN_ENV, effective_token, is_loopback, tls_context
-    from edge_app.server import ListenError, create_app, serve_until_signalled
+    from edge_app.server import create_app
+    from edge_app.serving import ListenError, serve_until_signalled
 
     host = host_arg or cfg.server.host
     port = cfg.server.port if port_arg is None else port_arg

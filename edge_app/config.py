@@ -11,8 +11,10 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from edge_app.config_base import Section as _Section
+from edge_app.config_cameras import CameraConfig
 from edge_app.errors import EdgeAppError
 
 DEFAULT_CONFIG = Path("config.toml")
@@ -20,10 +22,6 @@ DEFAULT_CONFIG = Path("config.toml")
 
 class ConfigError(EdgeAppError, ValueError):
     """The configuration file is missing, not TOML, or has a wrong key or value."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class IceServer(_Section):
@@ -142,47 +140,6 @@ class SmoothingConfig(_Section):
                                        "frame's depth (a limit of 1 cost the dynamic index 0.4-0.65 points offline)")
 
 
-class CameraConfig(_Section):
-    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="what browsers ask for")
-    url: str = Field(description="rtsp:// URL of the camera")
-    transport: Literal["auto", "tcp", "udp"] = Field("auto", description="RTSP transport: auto tries TCP "
-                                                     "(what cameras behind NAT need) and falls back to UDP when the "
-                                                     "camera refuses TCP")
-    open_timeout_s: float = Field(5.0, gt=0, le=120, description="give up opening the stream after this long")
-    read_timeout_s: float = Field(5.0, gt=0, le=120, description="a camera silent this long is reconnected")
-    backoff_initial_s: float = Field(0.5, gt=0, le=60, description="first wait before reconnecting")
-    backoff_max_s: float = Field(10.0, gt=0, le=600, description="longest wait between reconnects")
-    probe: bool = Field(False, description="read the frame counter a test source stamps into each frame")
-    region: tuple[float, float, float, float] | None = Field(
-        None, description="[x, y, w, h] in fractions of the frame: the part the classifier sees (the smallest "
-        "square holding it) instead of the centre square; unset: the centre square")
-
-    @field_validator("region")
-    @classmethod
-    def _region(cls, v: tuple[float, float, float, float] | None) -> tuple[float, float, float, float] | None:
-        return None if v is None else check_region(v)
-
-    @field_validator("url")
-    @classmethod
-    def _rtsp(cls, v: str) -> str:
-        if not v.startswith(("rtsp://", "rtsps://")):
-            raise ValueError("must be an rtsp:// or rtsps:// URL")
-        return v
-
-
-def check_region(v: object) -> tuple[float, float, float, float]:
-    """``[x, y, w, h]`` in fractions of the frame, inside it, at least 5 % of each side; ValueError otherwise."""
-    if not isinstance(v, list | tuple) or len(v) != 4 or not all(
-            isinstance(a, int | float) and not isinstance(a, bool) for a in v):
-        raise ValueError("a region is [x, y, w, h]: four numbers, fractions of the frame's width and height")
-    x, y, w, h = (float(a) for a in v)
-    if not (0 <= x < 1 and 0 <= y < 1 and 0.05 <= w <= 1 and 0.05 <= h <= 1):
-        raise ValueError(f"region {[x, y, w, h]}: x and y from 0 to 1, w and h from 0.05 to 1")
-    if x + w > 1.0001 or y + h > 1.0001:
-        raise ValueError(f"region {[x, y, w, h]} crosses the frame's edge (x + w and y + h must be at most 1)")
-    return x, y, min(w, 1 - x), min(h, 1 - y)
-
-
 class TrainingConfig(_Section):
     data_dir: Path = Field(Path("data/scenes"), description="captured frames: DATASET/CLASS/*.jpg with frames.jsonl "
                            "(source and time of each), relative to the config file")
@@ -242,7 +199,9 @@ class AppConfig(_Section):
 
 def _where(loc: tuple[int | str, ...]) -> str:
     parts: list[str] = []
-    for p in loc:
+    for i, p in enumerate(loc):
+        if p in ("rtsp", "file", "demo") and i and isinstance(loc[i - 1], int):
+            continue  # the tag of a [[cameras]] kind: the kind's own key names it
         if isinstance(p, int):
             parts[-1] = f"{parts[-1]}[{p}]" if parts else f"[{p}]"
         else:
@@ -252,6 +211,20 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return parts[0] if parts else "(top level)"
 
 
+SECRET_KEYS = ("token", "credential", "password", "username", "secret", "url")
+
+
+def _shown(loc: tuple[int | str, ...], value: object) -> str:
+    """What a config error may echo of the value it refused: nothing of a token, a password, a URL (which may
+    hold a camera's password) or a path, only its length; nothing of a table."""
+    if isinstance(value, dict | list):
+        return ""
+    names = [str(p).lower() for p in loc if isinstance(p, str)]
+    if any(k in n for n in names for k in SECRET_KEYS) or (isinstance(value, str) and "://" in value):
+        return f" (got a value of {len(str(value))} characters, not shown)"
+    return f" (got {value!r})"
+
+
 def describe_validation_error(path: Path, exc: ValidationError) -> str:
     lines = []
     for e in exc.errors():
@@ -259,7 +232,7 @@ def describe_validation_error(path: Path, exc: ValidationError) -> str:
         if e["type"] == "extra_forbidden":
             lines.append(f"{path}: {where}: unknown key (check the spelling; see config.toml in the repository)")
         else:
-            got = f" (got {e['input']!r})" if not isinstance(e.get("input"), dict) else ""
+            got = _shown(e["loc"], e.get("input"))
             lines.append(f"{path}: {where}: {e['msg']}{got}")
     return "\n".join(lines)
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from streams.rtsp import STATES, RtspCamera
+from streams.source import STATES, CameraSource
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series: they double the exposition and say nothing an operator needs
 
@@ -88,7 +88,7 @@ class Metrics:
         self.model_info.clear()
         self.model_info.labels(name, provider).set(1)
 
-    def add_live_state(self, sessions: Callable[[], int], cameras: Callable[[], Iterable[RtspCamera]]) -> None:
+    def add_live_state(self, sessions: Callable[[], int], cameras: Callable[[], Iterable[CameraSource]]) -> None:
         self.registry.register(LiveStateCollector(sessions, cameras))
 
     def exposition(self) -> bytes:
@@ -96,7 +96,7 @@ class Metrics:
 
 
 class LiveStateCollector(Collector):
-    def __init__(self, sessions: Callable[[], int], cameras: Callable[[], Iterable[RtspCamera]]) -> None:
+    def __init__(self, sessions: Callable[[], int], cameras: Callable[[], Iterable[CameraSource]]) -> None:
         self._sessions = sessions
         self._cameras = cameras
 

@@ -29,12 +29,14 @@ from edge_app.metrics import Metrics
 from edge_app.results import AnalysedFrame, FrameResult, NetworkView
 from edge_app.scheduler import FrameDecision
 from edge_app.smoothing import Smoothed
+from edge_app.tally import FrameTally
 from models.errors import SegmentRunError
 from models.policies import ExitPolicy
 from models.preprocess import Region, region_box
 from models.service import InferenceService
 from streams.frames import Broadcast, LatestSlot, SlotClosed, SourceFrame
 from streams.stamp import read_stamp
+from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -54,32 +56,25 @@ class Engine:
 
 class AnalysisPipeline:
     def __init__(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], engine: Engine,
-                 settings: PipelineSettings, network: Callable[[], NetworkView]) -> None:
+                 settings: PipelineSettings, network: NetworkView) -> None:
         self.source = source
         self.metric_source = metric_source
         self.slot = slot
         self.engine = engine
         self.settings = settings
-        self.network = network
+        self.network = network  # the worst of its viewers' views, pushed when one changes (``set_network``)
         service = engine.service
         self.decider = Decider(source, service, engine.policy, settings,
                                [ex.test_accuracy for ex in service.backend.manifest.exits], engine.load)
         self.outputs: Broadcast[AnalysedFrame] = Broadcast()
         self._video_subscribers: set[Subscriber] = set()
-        self.analysed = 0
         self.rendered = 0  # frames RENDER drew: 0 while nobody watches this source as video
-        self.errors = 0
-        self.deadline_misses = 0
-        self.reused = 0
-        # every frame that arrived: answered (on time or late; skipped ones too), or unanswered with a reason
-        self.answered = {"on_time": 0, "late": 0}
-        self.skipped = 0  # answered from the smoothed state: replaced by a newer frame while busy
-        self.unanswered = {"no-answer-yet": 0, "error": 0}
-        self.last: FrameResult | None = None
+        self.tally = FrameTally(source, metric_source, engine.metrics, slot)  # every frame that arrived, answered
+        # the ingest side's view of each analysed frame (a browser's uplink control reads its arrival delay)
+        self.on_decided: Callable[[FrameResult], None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a frame is between DECIDE and publish
         self._next: tuple[Engine, asyncio.Event] | None = None  # a model swap, applied between frames
-        self.scored = dict.fromkeys(("frames", "raw_frames", "raw_correct", "smoothed_correct"), 0)
         # see the part of each frame the model sees (the region's square), before RENDER draws on it
         self.frame_taps: set[Callable[[int, np.ndarray], None]] = set()
         self.region: Region | None = None  # [[cameras]] region, or set through the API
@@ -94,6 +89,21 @@ class AnalysisPipeline:
         self.outputs.subscribe(callback)
         if video:
             self._video_subscribers.add(callback)
+
+    def add_tap(self, tap: Callable[[int, np.ndarray], None]) -> None:
+        """``tap(seq, rgb)`` sees the part of each frame the model sees (copy it to keep it), before RENDER."""
+        self.frame_taps.add(tap)
+
+    def remove_tap(self, tap: Callable[[int, np.ndarray], None]) -> None:
+        self.frame_taps.discard(tap)
+
+    def run_media(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` in the media threads (CPU work off the event loop, beside conversion and RENDER)."""
+        return asyncio.get_running_loop().run_in_executor(self.engine.media, fn, *args)
+
+    def set_network(self, view: NetworkView) -> None:
+        """The network view the next frames are budgeted for (a camera's: the costliest of its viewers')."""
+        self.network = view
 
     def unsubscribe(self, callback: Subscriber) -> None:
         self.outputs.unsubscribe(callback)
@@ -112,11 +122,8 @@ class AnalysisPipeline:
         self.slot.close()
         if self.engine.load is not None:
             self.engine.load.forget(self.source)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def use(self, engine: Engine, timeout_s: float = 10.0) -> None:
         """Analyse the next frames with ``engine`` (a new model): between two frames, never within one; the
@@ -136,13 +143,8 @@ class AnalysisPipeline:
         self.engine = engine
         self.decider = Decider(self.source, engine.service, engine.policy, self.settings,
                                [ex.test_accuracy for ex in engine.service.backend.manifest.exits], engine.load)
-        self.last = None
-        self.scored = dict.fromkeys(self.scored, 0)  # the new model's own figures
+        self.tally.new_model()  # the new model's own figures
         done.set()
-
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
 
     async def _run(self) -> None:
         """Frame by frame, two deep: while frame N is in DECIDE (the inference thread), the newest frame to arrive
@@ -155,7 +157,7 @@ class AnalysisPipeline:
                 try:
                     sf = await self.slot.get()
                 except SlotClosed:
-                    log.info("%s: source closed after %d analysed frames", self.source, self.analysed)
+                    log.info("%s: source closed after %d analysed frames", self.source, self.tally.analysed)
                     return
                 self._switch()
                 ahead = (sf, self.decider, self._prepare(sf))
@@ -179,7 +181,7 @@ class AnalysisPipeline:
                 dec, sm = await deciding
                 out = await self._finish(prepared, dec, sm)
             except (SegmentRunError, ValueError) as exc:
-                self._failed(sf.seq, str(exc), answered=False)
+                self.tally.failed(sf.seq, str(exc), answered=False)
                 continue
             finally:
                 self._busy = False
@@ -189,14 +191,16 @@ class AnalysisPipeline:
                                                                      prepared.preprocess_ms - busy_ms)
                 self.engine.load.own_work(self.source, own)
             if out.result.error is not None:
-                self._failed(sf.seq, out.result.error, answered=True)
-            self._record(out.result)
+                self.tally.failed(sf.seq, out.result.error, answered=True)
+            self.tally.record(out.result)
+            if self.on_decided is not None:
+                self.on_decided(out.result)
             self.outputs.publish(out)
 
     def _prepare(self, sf: SourceFrame) -> asyncio.Future[PreparedFrame]:
         """Convert, cut the region, pre-process and budget ``sf`` in a media thread."""
         return asyncio.get_running_loop().run_in_executor(self.engine.media, self.decider.prepare, sf,
-                                                          self.network(), self.wants_video, self.region)
+                                                          self.network, self.wants_video, self.region)
 
     async def _take_ahead(self, deciding: asyncio.Future[Any]
                           ) -> tuple[SourceFrame, Decider, asyncio.Future[PreparedFrame]] | None:
@@ -265,65 +269,9 @@ class AnalysisPipeline:
             load.dropped(time.monotonic())
         if read and self.settings.probe:  # a frame from the slot: no other thread holds it
             stamp = read_stamp(sf.frame.to_ndarray(format="gray"))
-        result = self.decider.skipped_result(sf, self.network(), stamp, self.slot.dropped)
+        result = self.decider.skipped_result(sf, self.network, stamp, self.slot.dropped)
         if result is None:
-            self.unanswered["no-answer-yet"] += 1
-            self.engine.metrics.frames_unanswered.labels(self.metric_source, "no-answer-yet").inc()
+            self.tally.unanswerable()
             return
-        self._record(result)
+        self.tally.record(result)
         self.outputs.publish(AnalysedFrame(result, classes=self.engine.service.class_names))
-
-    # --- bookkeeping ---------------------------------------------------------------------------------------
-
-    def _failed(self, seq: int, error: str, answered: bool) -> None:
-        """Counted every time, logged the first time and then once per 300 (a broken segment fails every frame)."""
-        self.errors += 1
-        self.engine.metrics.analysis_errors.labels(self.metric_source).inc()
-        if not answered:
-            self.unanswered["error"] += 1
-            self.engine.metrics.frames_unanswered.labels(self.metric_source, "error").inc()
-        if self.errors == 1 or self.errors % 300 == 0:
-            what = "answered from an earlier exit" if answered else "not analysed"
-            log.error("%s: frame %d %s (%d failures so far): %s", self.source, seq, what, self.errors, error)
-
-    def _score(self, r: FrameResult) -> None:
-        if r.truth is not None:  # a labelled source: live accuracy, for /status and the page
-            self.scored["frames"] += 1
-            self.scored["raw_frames"] += r.raw_correct is not None
-            self.scored["raw_correct"] += bool(r.raw_correct)
-            self.scored["smoothed_correct"] += bool(r.smoothed_correct)
-
-    def counts(self) -> dict[str, Any]:
-        """Every frame that arrived, as users see it: answered on time / late (of which skipped: the smoothed
-        answer for a frame replaced while busy), or unanswered with its reason; they add up to ``arrived``."""
-        return {"arrived": self.slot.put_count, "on_time": self.answered["on_time"], "late": self.answered["late"],
-                "skipped": self.skipped, "reused": self.reused, "unanswered": dict(self.unanswered),
-                "pending": self.slot.put_count - sum(self.answered.values()) - sum(self.unanswered.values())}
-
-    def _record(self, r: FrameResult) -> None:
-        m, src = self.engine.metrics, self.metric_source
-        timing = "on_time" if r.deadline_met else "late"
-        self.answered[timing] += 1
-        m.frames_answered.labels(src, timing, "skipped" if r.skipped else "reused" if r.reused else "model").inc()
-        if r.skipped is not None:
-            self.skipped += 1
-            self._score(r)
-            return
-        self.analysed += 1
-        self.last = r
-        self._score(r)
-        m.frames_analysed.labels(src).inc()
-        if r.reused:
-            self.reused += 1
-            m.answers_reused.labels(src).inc()
-        else:
-            m.exit_chosen.labels(str(r.exit)).inc()
-        for k, ms in enumerate(r.segments_ms):
-            m.segment_runs.labels(str(k + 1)).inc()
-            m.segment_seconds.labels(str(k + 1)).observe(ms / 1e3)
-        m.frame_latency.labels(src).observe(r.latency_ms / 1e3)
-        m.compute_budget.labels(src).observe(max(0.0, r.budget.compute_ms) / 1e3)
-        m.rtt_estimate.labels(src).observe(r.network.rtt_ms / 1e3)
-        if not r.deadline_met:
-            self.deadline_misses += 1
-            m.deadline_missed.labels(src).inc()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import av
 import numpy as np
@@ -20,17 +19,10 @@ class NetworkView:
     frame_bytes: float
 
 
-def r3(v: float) -> float:
-    return round(float(v), 3)
-
-
-def r2(v: float) -> float:
-    return round(float(v), 2)
-
 
 @dataclass(frozen=True, kw_only=True)
 class FrameResult:
-    """One analysed frame, as DECIDE made it; ``to_json`` is what a data-channel subscriber gets."""
+    """One analysed frame, as DECIDE made it; ``edge_app.protocol.result`` is what a data-channel subscriber gets."""
 
     source: str
     seq: int  # arrival number at the source
@@ -59,68 +51,6 @@ class FrameResult:
     truth: str | None = None  # the label a labelled source says the frame shows (the demo camera)
     raw_correct: bool | None = None  # the raw answer names it (None: no truth, or reused)
     smoothed_correct: bool | None = None
-
-    def to_compact_json(self, class_names: list[str]) -> dict[str, Any]:
-        """What the page and a user's script need, about half of ``to_json``'s bytes (the default on the data
-        channel: at 30 fps the full form alone is ~230 kbit/s)."""
-        out: dict[str, Any] = {
-            "type": "result", "source": self.source, "frame": self.seq,
-            "raw": {"class": self.raw_class, "confidence": r2(self.raw_confidence)},
-            "smoothed": {"class": self.smoothed_class, "label": class_names[self.smoothed_class],
-                         "confidence": r2(self.smoothed_confidence)},
-            "exit": self.exit, "exits_run": self.exits_run, "horizon": self.horizon, "reused": self.reused,
-            "deadline_met": self.deadline_met, "latency_ms": r2(self.latency_ms),
-            "arrived_unix_ms": round(self.arrived_unix_ms, 1),
-            "budget": {"total_ms": r2(self.budget.total_ms), "compute_ms": r2(self.budget.compute_ms),
-                       "late_ms": r2(self.budget.late_ms)},
-            "costs": {"actual_ms": r2(self.actual_ms)},
-            "network": {"rtt_ms": r2(self.network.rtt_ms), "bitrate_bps": round(self.network.bitrate_bps),
-                        "rtt_from_prior": self.network.rtt_from_prior},
-            "frame_size": list(self.frame_size),
-        }
-        if self.stamp is not None:
-            out["stamp"] = self.stamp
-        if self.truth is not None:
-            out["truth"] = self.truth_json()
-        if self.error is not None:
-            out["error"] = self.error
-        if self.skipped is not None:
-            out["skipped"] = self.skipped
-        return out
-
-    def to_json(self, class_names: list[str]) -> dict[str, Any]:
-        """Every field (``"detail": true``): on request (``"results": "full"`` in the offer), else once a second."""
-        return {
-            "type": "result",
-            "source": self.source,
-            "frame": self.seq,
-            "stamp": self.stamp,
-            "arrived_unix_ms": r3(self.arrived_unix_ms),
-            "raw": {"class": self.raw_class, "label": class_names[self.raw_class],
-                    "confidence": r3(self.raw_confidence)},
-            "smoothed": {"class": self.smoothed_class, "label": class_names[self.smoothed_class],
-                         "confidence": r3(self.smoothed_confidence)},
-            "exit": self.exit,
-            "exits_run": self.exits_run,
-            "horizon": self.horizon,
-            "costs": {"predicted_ms": r3(self.predicted_ms), "actual_ms": r3(self.actual_ms),
-                      "segments_ms": [r3(v) for v in self.segments_ms]},
-            "budget": {k: r3(v) for k, v in asdict(self.budget).items()},
-            "network": {k: (v if isinstance(v, bool) else r3(v)) for k, v in asdict(self.network).items()},
-            "stages_ms": {k: r3(v) for k, v in self.stages_ms.items()},
-            "latency_ms": r3(self.latency_ms),
-            "deadline_met": self.deadline_met,
-            "dropped_stale": self.dropped_stale,
-            "error": self.error,
-            "reused": self.reused,
-            "skipped": self.skipped,
-            "frame_size": list(self.frame_size),
-            "truth": None if self.truth is None else self.truth_json(),
-            "detail": True,
-        }
-
-    def truth_json(self) -> dict[str, Any]:
-        return {"label": self.truth, "raw_correct": self.raw_correct, "smoothed_correct": self.smoothed_correct}
 
 
 @dataclass(frozen=True)

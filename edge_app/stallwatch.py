@@ -19,7 +19,6 @@ and at a cost that is not meant for production; this costs one wake-up per
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sys
 import threading
@@ -27,6 +26,8 @@ import time
 import traceback
 
 from prometheus_client import Histogram
+
+from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,8 @@ class StallWatch:
 
     async def stop(self) -> None:
         self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join, 2.0)
             self._thread = None

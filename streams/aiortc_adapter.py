@@ -20,19 +20,22 @@ aiortc computes what we need but does not expose all of it:
   ``answer_as_dtls_server`` sets those transports to ``server`` before the answer is made (``a=setup:passive``):
   the peer then connects as the client and offers its full suite list, which includes aiortc's ECDSA ones.
 
-``check_internals`` fails loudly, naming what moved, if a new aiortc renames
-any of this; ``tests/test_aiortc_adapter.py`` calls it.
+``check_internals_at_start`` (run before the server answers anyone) fails loudly, naming what moved, if a new
+aiortc renames any of this. No other module of the project reads an aiortc or aioice private name
+(``tests/test_layout.py`` checks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiortc import sdp
+import aioice.ice
+import aiortc
+from aiortc import RTCPeerConnection, sdp
 from aiortc.codecs import h264, vpx
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtp import (
@@ -47,12 +50,14 @@ from aiortc.rtp import (
 
 from streams.errors import StreamsError
 
+_HOST_ADDRESSES = aioice.ice.get_host_addresses
+
 SENDER_RTT = "_RTCRtpSender__rtt"
 SENDER_LSR = "_RTCRtpSender__lsr"  # middle 32 bits of the NTP time of the last SR sent
 SENDER_LSR_TIME = "_RTCRtpSender__lsr_time"  # time.time() when it was sent
 SENDER_ENCODER = "_RTCRtpSender__encoder"  # created when the first frame is sent
 RECEIVER_ESTIMATOR = "_RTCRtpReceiver__remote_bitrate_estimator"
-TRANSCEIVER_OFFER_DIRECTION = "_offerDirection"  # the offer's direction, reversed to our side
+TRANSCEIVER_CODECS = "_codecs"  # negotiated, in the order aiortc sends with
 DTLS_ROLE = "_role"  # RTCDtlsTransport: "auto" until the descriptions fix it, then "client" or "server"
 DTLS_SET_ROLE = "_set_role"
 
@@ -80,14 +85,57 @@ def check_internals(sender: Any, receiver: Any) -> None:
         for name in ("current_bitrate", "current_bitrate_initialized"):
             if not hasattr(rc, name):
                 missing.append(f"RemoteBitrateEstimator.rate_control.{name}")
+    if not hasattr(sender, SENDER_ENCODER):
+        missing.append(f"RTCRtpSender.{SENDER_ENCODER}")
     if missing:
-        raise AiortcInternalsError("aiortc internals moved (is aiortc still 1.16.0?): " + ", ".join(missing))
+        raise AiortcInternalsError(f"aiortc {aiortc.__version__} moved what edge-app reads ("
+                                   + ", ".join(missing) + "): install the aiortc that pyproject.toml pins (1.16.0)")
 
 
-def peer_receives(transceiver: Any) -> bool:
-    """After ``setRemoteDescription(offer)``: whether the offer lets us send on this m-line (the peer's direction is
-    ``sendrecv`` or ``recvonly``).  aiortc keeps it, from our side, in ``_offerDirection``."""
-    return getattr(transceiver, TRANSCEIVER_OFFER_DIRECTION, None) in ("sendrecv", "sendonly")
+async def check_internals_at_start() -> None:
+    """``check_internals`` on a throwaway peer connection's video transceiver, before any peer is answered: an
+    aiortc that moved a name fails the start with one line naming its version and the names."""
+    pc = RTCPeerConnection()
+    try:
+        transceiver = pc.addTransceiver("video")
+        check_internals(transceiver.sender, transceiver.receiver)
+        if not hasattr(transceiver, TRANSCEIVER_CODECS):
+            raise AiortcInternalsError(f"aiortc {aiortc.__version__} moved what edge-app reads "
+                                       f"(RTCRtpTransceiver.{TRANSCEIVER_CODECS}): install the aiortc that "
+                                       "pyproject.toml pins (1.16.0)")
+    finally:
+        await pc.close()
+
+
+def send_ready_payloads(sender: Any, packer: Any) -> None:
+    """Give ``sender`` a ``packer`` in place of the encoder it would make: the payloads it is handed are ready
+    (``streams.shared_video``: one encode for many viewers)."""
+    setattr(sender, SENDER_ENCODER, packer)
+
+
+def split_annex_b(data: bytes) -> list[bytes]:
+    """The NAL units of an H.264 Annex B bitstream (start codes removed), as aiortc's packetiser cuts them."""
+    return list(h264.H264Encoder._split_bitstream(data))
+
+
+def restrict_host_addresses(addresses: Sequence[str] | None) -> None:
+    """Every new ICE connection of this process offers exactly ``addresses`` as host candidates (None: aioice's
+    default, every interface's but loopback). aioice has no per-connection setting for it, so it is its module
+    function, replaced here: tests stay on loopback, a box with several interfaces offers only the cameras'."""
+    if addresses is None:
+        aioice.ice.get_host_addresses = _HOST_ADDRESSES
+        return
+    fixed = list(addresses)
+
+    def only(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        return [a for a in fixed if (":" in a and use_ipv6) or (":" not in a and use_ipv4)]
+
+    aioice.ice.get_host_addresses = only
+
+
+def machine_host_addresses() -> list[str]:
+    """The addresses aioice offers by default (every interface's but loopback)."""
+    return list(_HOST_ADDRESSES(use_ipv4=True, use_ipv6=True))
 
 
 def answer_as_dtls_server(pc: Any) -> int:
@@ -298,20 +346,20 @@ class GapSkippingJitterBuffer(JitterBuffer):
 def prefer_codec(transceiver: Any, mime_type: str) -> bool:
     """Put ``mime_type`` first among the codecs negotiated on ``transceiver`` (after ``setRemoteDescription``, before
     the answer): the answer lists it first and aiortc sends with it. False when the peer did not offer it."""
-    codecs = getattr(transceiver, "_codecs", None)
+    codecs = getattr(transceiver, TRANSCEIVER_CODECS, None)
     if codecs is None:
         raise AiortcInternalsError("aiortc's RTCRtpTransceiver has no negotiated _codecs: this aiortc version is "
                                    "not the one edge-app was tested with")
     first = [c for c in codecs if c.mimeType.lower() == mime_type.lower()]
     if not first:
         return False
-    transceiver._codecs = first + [c for c in codecs if c not in first]
+    setattr(transceiver, TRANSCEIVER_CODECS, first + [c for c in codecs if c not in first])
     return True
 
 
 def negotiated_codec(transceiver: Any) -> Any:
     """The codec this transceiver will send with (aiortc sends with the first it negotiated)."""
-    codecs = getattr(transceiver, "_codecs", None)
+    codecs = getattr(transceiver, TRANSCEIVER_CODECS, None)
     if not codecs:
         raise AiortcInternalsError("aiortc's RTCRtpTransceiver has no negotiated _codecs: this aiortc version is "
                                    "not the one edge-app was tested with")

@@ -1,27 +1,32 @@
 """A built-in camera that loops labelled still images: the demo source a newcomer can pick on the page.
 
-It has the shape of ``streams.rtsp.RtspCamera`` (``state``, ``slot``, ``frames``, ``start``/``stop``...), so
-the hub treats it as any configured camera. Each image is held for ``hold`` frames at ``fps`` and upscaled to
-``size`` for viewers; every ``SourceFrame`` carries the image's label as ``truth``, so results can be scored
-live against it.
+It is a ``streams.source.CameraSource``, so the hub treats it as any configured camera. Each image is held for
+``hold`` frames at ``fps`` and upscaled to ``size`` for viewers; every ``SourceFrame`` carries the image's label
+as ``truth``, so results can be scored live against it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import av
 import cv2
 import numpy as np
 
+from streams.codecinfo import PacketSink
 from streams.frames import LatestSlot, SourceFrame
+from streams.tasks import cancel_and_wait
 
 
 class DemoCamera:
+    kind = "demo"
+    labelled = True
+    packet_sink: PacketSink | None = None  # nothing compressed to forward
+
     def __init__(self, name: str, folder: Path, fps: float = 15.0, hold: int = 15, size: int = 384) -> None:
         index = json.loads((folder / "labels.json").read_text())["frames"]
         self.images: list[np.ndarray] = []
@@ -33,8 +38,7 @@ class DemoCamera:
                                           interpolation=cv2.INTER_LINEAR))
         self.labels: list[str] = [str(item["label"]) for item in index]
         self.name, self.fps, self.hold = name, fps, hold
-        self.url = self.safe_url = f"demo:{folder.name}"
-        self.transport = self.transport_in_use = "demo"
+        self.safe_url = f"demo:{folder.name}"
         self.state = "stopped"
         self.frames = self.reconnects = self.connects = 0
         self.last_error: str | None = None
@@ -58,12 +62,17 @@ class DemoCamera:
             self.frames += 1
             await asyncio.sleep(max(0.0, t0 + self.frames / self.fps - time.monotonic()))
 
+    def status(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "url": self.safe_url, "state": self.state,
+                "transport": "demo", "frames": self.frames, "reconnects": 0, "connects": self.connects,
+                "last_error": None, "resolution": self.resolution, "labelled": True}
+
+    def forward_problem(self) -> str | None:
+        return "the demo camera has no compressed stream to forward"
+
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self.slot is not None:
             self.slot.close()
         self.state = "stopped"

@@ -28,34 +28,15 @@ import av
 from aiortc.codecs.h264 import H264Encoder
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
-from streams.rtsp import CodecInfo
+from streams.aiortc_adapter import split_annex_b
+from streams.codecinfo import CodecInfo, passthrough_problem
 from streams.shared_video import VIDEO_TIME_BASE, EncodedChunk, VideoFanout
 
-BROWSER_PROFILES = frozenset({"Constrained Baseline", "Baseline", "Main", "High"})
-BROWSER_PIX_FMTS = frozenset({"yuv420p", "yuvj420p"})
 NAL_SPS, NAL_PPS, NAL_IDR = 7, 8, 5
-MIN_KEYFRAMES = 2  # a whole keyframe interval seen without a B-frame before viewers are given the camera's own
-
-
-def passthrough_problem(codec: CodecInfo | None) -> str | None:
-    """Why this camera's own video cannot go to a browser as it is (None: it can)."""
-    if codec is None:
-        return "the camera has not streamed yet"
-    if codec.name != "h264":
-        return f"the camera sends {codec.name}, not H.264"
-    if codec.profile is not None and codec.profile not in BROWSER_PROFILES:
-        return f"H.264 {codec.profile} profile, which browsers do not decode over WebRTC"
-    if codec.pix_fmt is not None and codec.pix_fmt not in BROWSER_PIX_FMTS:
-        return f"pixel format {codec.pix_fmt}, not 4:2:0"
-    if codec.b_frames:
-        return "the camera sends B-frames (turn them off on the camera to forward its video)"
-    if codec.keyframes < MIN_KEYFRAMES:
-        return "not yet a whole keyframe interval seen (B-frames not ruled out)"
-    return None
 
 
 def nal_types(annex_b: bytes) -> set[int]:
-    return {nal[0] & 0x1F for nal in H264Encoder._split_bitstream(annex_b) if nal}
+    return {nal[0] & 0x1F for nal in split_annex_b(annex_b) if nal}
 
 
 class CameraPassthrough(VideoFanout):

@@ -28,13 +28,13 @@ import errno
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import av
 from av.video.frame import PictureType
 
+from streams.codecinfo import CodecInfo, PacketSink, passthrough_problem
 from streams.frames import LatestSlot, SourceFrame
 from streams.redact import add_url_secrets, redact, redact_url
 
@@ -43,22 +43,6 @@ log = logging.getLogger(__name__)
 CameraState = Literal["connecting", "streaming", "backoff", "stopped"]
 Transport = Literal["tcp", "udp"]
 STATES: tuple[CameraState, ...] = ("connecting", "streaming", "backoff", "stopped")
-
-
-@dataclass
-class CodecInfo:
-    """The camera's video stream as the last connection found it."""
-
-    name: str  # FFmpeg's codec name: "h264", "hevc", "mjpeg", ...
-    profile: str | None  # "Constrained Baseline", "Main", "High", ...
-    pix_fmt: str | None
-    extradata: bytes  # out-of-band parameter sets (for RTSP H.264: sprop-parameter-sets, Annex B)
-    b_frames: bool = False  # a B-frame was decoded, or packets came out of presentation order
-    keyframes: int = 0  # keyframes seen on this connection
-
-
-#: called in the reader thread with each compressed packet (before it is decoded) and its arrival time
-PacketSink = Callable[["av.Packet[Any]", CodecInfo, float], None]
 
 
 @dataclass(frozen=True)
@@ -81,7 +65,7 @@ class RtspCamera:
         self.url = url
         self.safe_url = redact_url(url)
         self.transport = transport  # as configured
-        self.transport_in_use: Transport = "udp" if transport == "udp" else "tcp"
+        self.transport_in_use: str = "udp" if transport == "udp" else "tcp"
         self.open_timeout_s = open_timeout_s
         self.read_timeout_s = read_timeout_s
         self.backoff = backoff or Backoff()
@@ -117,6 +101,32 @@ class RtspCamera:
             self.slot.close()
         self.state = "stopped"
 
+    kind = "rtsp"
+    labelled = False
+
+    def status(self) -> dict[str, Any]:
+        """What ``/status`` shows of this source (no secret: the URL's password is masked)."""
+        return {"name": self.name, "kind": self.kind, "url": self.safe_url, "state": self.state,
+                "transport": self.transport, "transport_in_use": self.transport_in_use, "frames": self.frames,
+                "reconnects": self.reconnects, "connects": self.connects, "decode_errors": self.decode_errors,
+                "last_error": None if self.last_error is None else redact(self.last_error),
+                "resolution": self.resolution}
+
+    def forward_problem(self) -> str | None:
+        """Why this source's compressed stream cannot go to a browser as it is (None: it can)."""
+        return passthrough_problem(self.codec)
+
+    def _open(self) -> Any:
+        options = {"rtsp_transport": self.transport_in_use, "fflags": "nobuffer", "flags": "low_delay"}
+        return av.open(self.url, options=options, timeout=(self.open_timeout_s, self.read_timeout_s))
+
+    def _pace(self, packet: Any) -> None:
+        """Wait until ``packet`` is due (a live camera's packets are due when they come)."""
+
+    def _ended(self) -> bool:
+        """The stream ended: True to read it again at once (a file loops), False to reconnect after a backoff."""
+        return False
+
     def _run(self) -> None:
         failures = 0
         while not self._stop.is_set():
@@ -126,8 +136,10 @@ class RtspCamera:
             log.info("camera %s: connecting to %s (%s)%s", self.name, self.safe_url, self.transport_in_use,
                      f", attempt {failures + 1}" if failures else "")
             try:
-                if self._stream_once():
+                while self._stream_once():
                     failures = 0  # frames flowed: the next failure starts the backoff afresh
+                    if self._stop.is_set() or not self._ended():
+                        break
                 if self._stop.is_set():
                     break
                 self.last_error = "stream ended"
@@ -172,9 +184,8 @@ class RtspCamera:
 
     def _stream_once(self) -> bool:
         """Open, demux and decode until the stream ends or stop is asked; True if any frame was decoded."""
-        options = {"rtsp_transport": self.transport_in_use, "fflags": "nobuffer", "flags": "low_delay"}
         got_frame = False
-        with av.open(self.url, options=options, timeout=(self.open_timeout_s, self.read_timeout_s)) as container:
+        with self._open() as container:
             stream = container.streams.video[0]
             ctx = stream.codec_context
             codec = self.codec = CodecInfo(ctx.name, ctx.profile, ctx.format.name if ctx.format else None,
@@ -183,6 +194,7 @@ class RtspCamera:
             for packet in container.demux(stream):
                 if self._stop.is_set():
                     break
+                self._pace(packet)
                 now = time.monotonic()
                 if packet.size:  # the last one is empty: it flushes the decoder
                     if packet.pts is not None:
@@ -205,8 +217,8 @@ class RtspCamera:
                 for frame in frames:
                     if frame.pict_type == PictureType.B:
                         codec.b_frames = True
-                    if not got_frame:
-                        got_frame = True
+                    got_frame = True
+                    if self.state != "streaming":  # (a file read again from its start goes on streaming)
                         self.connects += 1
                         self.state = "streaming"
                         self.last_error = None

@@ -31,11 +31,12 @@ from aiortc.codecs import get_encoder
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
+from streams.aiortc_adapter import send_ready_payloads
+
 log = logging.getLogger(__name__)
 
 VIDEO_CLOCK_RATE = 90_000
 VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
-SENDER_ENCODER = "_RTCRtpSender__encoder"  # aiortc makes its encoder on the first frame unless one is there
 MAX_QUEUED = 8
 
 
@@ -143,7 +144,7 @@ class VideoFanout:
     def add(self, track: SharedVideoTrack, sender: Any) -> None:
         """``track`` is sent by ``sender``: give the sender a packer, and start the viewer on a keyframe."""
         track.packer = PayloadPacker(self._retarget)
-        setattr(sender, SENDER_ENCODER, track.packer)
+        send_ready_payloads(sender, track.packer)
         self.join(track)
 
     def join(self, track: SharedVideoTrack) -> None:

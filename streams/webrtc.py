@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fractions
 import logging
 import time
@@ -25,6 +24,7 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from streams.frames import LatestSlot, SlotClosed, SourceFrame
+from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +61,8 @@ class TrackReader:
             self.slot.close()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         self.slot.close()
 
 

@@ -13,12 +13,12 @@ from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig, ModelConfig
 from edge_app.decide import PipelineSettings
 from edge_app.governor import LoadGovernor
-from edge_app.hub import DEMO_FRAMES
 from edge_app.metrics import Metrics
+from edge_app.peer.monitor import JSON_RESULT_BYTES
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import AnalysedFrame, NetworkView
 from edge_app.scheduler import policy_from_config
-from edge_app.session import JSON_RESULT_BYTES
+from edge_app.sources import DEMO_FRAMES
 from models.operating import OperatingPoint, operating_points
 from models.runtime import ModelRuntime
 from models.service import InferenceService
@@ -46,7 +46,7 @@ async def test_arrival_faster_than_full_depth_every_frame_answered_or_counted_an
     service.start()
     cam.start()
     assert cam.slot is not None
-    pipe = AnalysisPipeline("cam", "cam", cam.slot, engine, settings, lambda: view)
+    pipe = AnalysisPipeline("cam", "cam", cam.slot, engine, settings, view)
     pipe.subscribe(got.append, video=False)
     pipe.start()
     first: float | None = None
@@ -62,7 +62,7 @@ async def test_arrival_faster_than_full_depth_every_frame_answered_or_counted_an
         await pipe.stop()
         await service.stop()
         media.shutdown(wait=False, cancel_futures=True)
-    counts = pipe.counts()
+    counts = pipe.tally.counts()
     print(f"counts {counts}; governor {governor.status()}; first move after "
           f"{moves[0][0] - first if moves and first else None} s")
     answered = counts["on_time"] + counts["late"]

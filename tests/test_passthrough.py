@@ -133,8 +133,9 @@ async def test_a_congested_viewer_moves_to_annotated_video(app_config: Callable[
     other viewer keeps the camera's own picture, and the moved one keeps decoding."""
     from aiohttp import web
 
+    from edge_app.appkeys import HUB_KEY
     from edge_app.cli import inference_service
-    from edge_app.server import HUB_KEY, create_app
+    from edge_app.server import create_app
 
     cfg = app_config(cameras=[{"name": "cam", "url": rtsp_camera.url, "transport": "tcp"}])
     app = create_app(cfg, inference_service(cfg))
@@ -151,9 +152,9 @@ async def test_a_congested_viewer_moves_to_annotated_video(app_config: Callable[
             await b.join(http, base)
             await asyncio.sleep(3.0)
             hub = app[HUB_KEY]
-            congested = next(s for s in hub.sessions.values() if s.passthrough)
+            congested = next(s.video for s in hub.sessions.values() if s.video is not None and s.video.passthrough)
             frames_before = {id(v): v.frames for v in (a, b)}
-            congested._on_loss(0.3)
+            congested.adapt(0.3, None)  # a receiver report of 30 % loss
             await asyncio.sleep(3.0)
             cam = await first_camera(http, base)
             moved = next(v for v in (a, b) if v.pictures[-1:] == ["annotated"])

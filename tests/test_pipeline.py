@@ -12,6 +12,7 @@ import av
 import numpy as np
 import pytest
 
+from edge_app import protocol
 from edge_app.config import AppConfig, BudgetConfig, PolicyConfig, SmoothingConfig
 from edge_app.decide import PipelineSettings
 from edge_app.metrics import Metrics
@@ -41,7 +42,7 @@ def pipeline(runtime: ModelRuntime, slot: LatestSlot[SourceFrame], pool: ThreadP
     engine = Engine(service=service, policy=policy_from_config(pol, runtime.folder), metrics=metrics, media=pool)
     settings = PipelineSettings(budget=budget or BudgetConfig(), smoothing=SmoothingConfig(), truncate=pol.truncate,
                                 probe=probe)
-    return AnalysisPipeline("test", "browser", slot, engine, settings, lambda: network)
+    return AnalysisPipeline("test", "browser", slot, engine, settings, network)
 
 
 def view(rtt_ms: float, bitrate_bps: float = 1e6) -> NetworkView:
@@ -82,7 +83,7 @@ def frames_with_stamps(n: int) -> list[np.ndarray]:
 async def test_every_frame_gets_a_complete_result(runtime: ModelRuntime) -> None:
     out = await run_frames(runtime, frames_with_stamps(12), view(2.0), probe=True)
     assert [o.result.stamp for o in out] == list(range(12))
-    msg = out[-1].result.to_json(runtime.class_names)
+    msg = protocol.result(out[-1].result, runtime.class_names, detail=True).to_json()
     for key in ("frame", "stamp", "raw", "smoothed", "exit", "exits_run", "horizon", "costs", "budget", "network",
                 "stages_ms", "latency_ms", "deadline_met", "frame_size"):
         assert key in msg
@@ -115,7 +116,7 @@ async def test_a_lost_deadline_reuses_the_answer_so_far_but_not_for_long(runtime
         if r.reused:
             assert r.exit == 0 and r.segments_ms == () and r.stages_ms["inference"] == 0.0
             assert (r.raw_class, r.smoothed_class) == (prev.smoothed_class, prev.smoothed_class)
-            assert r.to_json(runtime.class_names)["reused"] is True
+            assert protocol.result(r, runtime.class_names, detail=False).to_json()["reused"] is True
     assert [r.stamp for r in rs] == list(range(7))  # every frame answered, in order
     text = metrics.exposition().decode()
     assert 'edge_answers_reused_total{source="browser"} 4.0' in text
@@ -160,11 +161,11 @@ async def test_frames_of_unexpected_size_and_format_are_analysed(runtime: ModelR
             frame = rgb if fmt == "rgb24" else rgb.reformat(format=fmt)
             slot.put(SourceFrame(frame, i, time.monotonic(), "odd"))
             for _ in range(2000):
-                if len(out) + pipe.errors > i:
+                if len(out) + pipe.tally.errors > i:
                     break
                 await asyncio.sleep(0.001)
         await pipe.stop()
-    assert pipe.errors == 0 and len(out) == len(cases), (pipe.errors, len(out))
+    assert pipe.tally.errors == 0 and len(out) == len(cases), (pipe.tally.errors, len(out))
     assert all(o.result.raw_class in range(len(runtime.class_names)) for o in out)
     assert [o.result.frame_size for o in out] == [(w, h) for _, (h, w) in cases]  # as decoded, before the crop
 

@@ -10,8 +10,12 @@ import pytest
 from aiortc import RTCPeerConnection, VideoStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
-from streams.aiortc_adapter import receiver_bitrate_estimate_bps, sender_rtt_ms, sender_target_bitrate_bps
-from streams.ice import restrict_host_addresses
+from streams.aiortc_adapter import (
+    receiver_bitrate_estimate_bps,
+    restrict_host_addresses,
+    sender_rtt_ms,
+    sender_target_bitrate_bps,
+)
 
 
 @pytest.fixture

@@ -19,12 +19,12 @@ from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
 from edge_app.governor import LoadGovernor
-from edge_app.hub import DEMO_FRAMES
 from edge_app.metrics import Metrics
+from edge_app.peer.monitor import JSON_RESULT_BYTES
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
-from edge_app.session import JSON_RESULT_BYTES
+from edge_app.sources import DEMO_FRAMES
 from models.operating import operating_points
 from models.runtime import ModelRuntime
 from models.service import InferenceService
@@ -53,22 +53,23 @@ async def _run(cfg: AppConfig, rt: ModelRuntime, segment_ms: Sequence[float], st
     for cam in cams:
         cam.start()
         assert cam.slot is not None
-        pipes.append(AnalysisPipeline(cam.name, cam.name, cam.slot, engine, settings, lambda: view))
+        pipes.append(AnalysisPipeline(cam.name, cam.name, cam.slot, engine, settings, view))
     for p in pipes:
         p.start()
     await asyncio.sleep(8.0)  # settle (the governor's first moves, the running costs)
-    start = [(c.frames, p.analysed, p.deadline_misses, dict(p.scored), p.reused, list(service.segment_runs))
-             for c, p in zip(cams, pipes, strict=True)]
+    start = [(c.frames, p.tally.analysed, p.tally.deadline_misses, dict(p.tally.scored), p.tally.reused,
+              list(service.segment_runs)) for c, p in zip(cams, pipes, strict=True)]
     t0 = time.monotonic()
     await asyncio.sleep(seconds)
     wall = time.monotonic() - t0
     rows = []
     for (f0, a0, m0, s0, r0, _), cam, p in zip(start, cams, pipes, strict=True):
-        rows.append({"arrived": cam.frames - f0, "answered": p.analysed - a0, "misses": p.deadline_misses - m0,
-                     "reused": p.reused - r0, "raw_frames": p.scored["raw_frames"] - s0["raw_frames"],
-                     "raw_correct": p.scored["raw_correct"] - s0["raw_correct"],
-                     "smoothed_correct": p.scored["smoothed_correct"] - s0["smoothed_correct"],
-                     "scored": p.scored["frames"] - s0["frames"]})
+        rows.append({"arrived": cam.frames - f0, "answered": p.tally.analysed - a0,
+                     "misses": p.tally.deadline_misses - m0,
+                     "reused": p.tally.reused - r0, "raw_frames": p.tally.scored["raw_frames"] - s0["raw_frames"],
+                     "raw_correct": p.tally.scored["raw_correct"] - s0["raw_correct"],
+                     "smoothed_correct": p.tally.scored["smoothed_correct"] - s0["smoothed_correct"],
+                     "scored": p.tally.scored["frames"] - s0["frames"]})
     runs = [a - b for a, b in zip(service.segment_runs, start[0][5], strict=True)]
     status = governor.status() if governor else None
     for p in pipes:

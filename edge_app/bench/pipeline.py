@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import fractions
-import json
 import statistics
 import sys
 import time
@@ -37,6 +36,7 @@ import numpy as np
 from aiortc.codecs.vpx import Vp8Decoder, Vp8Encoder
 from aiortc.jitterbuffer import JitterFrame
 
+from edge_app import protocol
 from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
@@ -158,7 +158,7 @@ async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[byte
     encoder_thread = ThreadPoolExecutor(1, thread_name_prefix="encoder")
     engine = Engine(service=service, policy=policy_from_config(cfg.policy, rt.folder), metrics=metrics, media=media)
     settings = PipelineSettings(budget=cfg.budget, smoothing=cfg.smoothing, truncate=cfg.policy.truncate)
-    pipe = AnalysisPipeline("bench", "browser", slot, engine, settings, lambda: view)
+    pipe = AnalysisPipeline("bench", "browser", slot, engine, settings, view)
     out_slot: LatestSlot[AnalysedFrame] = LatestSlot()
     pipe.subscribe(out_slot.put, video=video_out)
     s = Samples()
@@ -206,7 +206,7 @@ async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[byte
                 await loop.run_in_executor(encoder_thread, encode, af, s.encoded)
                 s.encoded += 1
             else:
-                json.dumps(r.to_json(service.class_names), separators=(",", ":"))  # what the data channel sends
+                protocol.result(r, service.class_names, detail=True).encode()  # what the data channel sends
             s.exits[r.exit - 1] += 1
             for stage, ms in r.stages_ms.items():
                 if stage in STAGE_NAMES:
@@ -227,9 +227,9 @@ async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[byte
             lat = list(window_lat)
             window_lat.clear()
             dropped = slot.dropped + out_slot.dropped
-            s.windows.append((time.monotonic() - t0, lat, pipe.analysed - last_analysed, dropped - last_dropped,
+            s.windows.append((time.monotonic() - t0, lat, pipe.tally.analysed - last_analysed, dropped - last_dropped,
                               rss_mb()))
-            last_analysed, last_dropped = pipe.analysed, dropped
+            last_analysed, last_dropped = pipe.tally.analysed, dropped
             if progress:
                 print(_window_row(s.windows[-1], window_s), file=sys.stderr, flush=True)
 
@@ -242,7 +242,7 @@ async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[byte
     s.cpu_s, s.wall_s = time.process_time() - cpu0, time.monotonic() - wall0
     await asyncio.sleep(0.5)
     await pipe.stop()
-    s.rendered, s.analysed = pipe.rendered, pipe.analysed
+    s.rendered, s.analysed = pipe.rendered, pipe.tally.analysed
     out_slot.close()
     for t in sinks:
         t.cancel()
@@ -282,10 +282,11 @@ def report(cfg: AppConfig, service: InferenceService, s: Samples, pipe: Analysis
                      f"{len(all_lat):>8d}   (VP8 frame in -> {end})")
     exits = ", ".join(f"exit {k + 1}: {n}" for k, n in enumerate(s.exits))
     lines.append(f"process CPU: {100 * s.cpu_s / max(s.wall_s, 1e-9):.1f} % of a core over {s.wall_s:.0f} s")
-    lines.append(f"\nframes: {s.offered} offered, {s.decoded} decoded, {pipe.analysed} analysed, {pipe.rendered} "
+    lines.append(f"\nframes: {s.offered} offered, {s.decoded} decoded, {pipe.tally.analysed} analysed, {pipe.rendered} "
                  f"rendered, {s.encoded} encoded; "
                  f"dropped as stale: {slot.dropped} before analysis, {out_slot.dropped} before the encoder; "
-                 f"deadline misses {pipe.deadline_misses}, analysis errors {pipe.errors}; answers from {exits}")
+                 f"deadline misses {pipe.tally.deadline_misses}, analysis errors {pipe.tally.errors}; "
+                 f"answers from {exits}")
     if len(s.windows) >= 2:
         mids = [w[0] for w in s.windows if w[1]]
         p50s = [statistics.median(w[1]) for w in s.windows if w[1]]

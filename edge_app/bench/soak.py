@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 
-from streams.ice import restrict_host_addresses
+from streams.aiortc_adapter import restrict_host_addresses
 
 MAX_THREAD_GROWTH = 8  # the default executor and aioice's resolver may start a few threads on first use
 MAX_FD_GROWTH = 8

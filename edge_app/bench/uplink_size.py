@@ -14,7 +14,7 @@ import numpy as np
 
 from edge_app.bench.codec_traces import codec_traces
 from models.runtime import ModelRuntime
-from streams.ratecontrol import UplinkController
+from streams.uplink import UplinkController
 
 
 def paired_bootstrap(diff: np.ndarray, rounds: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -35,9 +35,11 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from edge_app.config import AppConfig, check_region
+from edge_app.config import AppConfig
+from edge_app.config_cameras import check_region
 from edge_app.hub import Hub
 from edge_app.pipeline import AnalysisPipeline
+from edge_app.registry import UnknownSource
 from edge_app.teach.capture import Recorder
 from edge_app.teach.jobs import Trainer
 from edge_app.teach.registry import ModelRegistry
@@ -62,21 +64,15 @@ class Teach:
         self._swap = asyncio.Lock()
 
     def pipeline_for(self, source: str) -> AnalysisPipeline:
-        kind, _, name = source.partition(":")
-        if kind == "camera" and name in self.hub.camera_pipelines:
-            return self.hub.camera_pipelines[name]
-        if kind == "session" and name in self.hub.sessions and self.hub.sessions[name].own_pipeline is not None:
-            pipe = self.hub.sessions[name].own_pipeline
-            assert pipe is not None
-            return pipe
-        raise DatasetError(f"no source {source!r}: use camera:NAME (one of {sorted(self.hub.camera_pipelines)}) "
-                           "or session:ID of an open session that sends its camera (GET /api/sources)", 404)
+        try:
+            return self.hub.registry.get(source)
+        except UnknownSource:
+            cameras = sorted(e.name for e in self.hub.registry.entries("camera"))
+            raise DatasetError(f"no source {source!r}: use camera:NAME (one of {cameras}) or session:ID of an open "
+                               "session that sends its camera (GET /api/sources)", 404) from None
 
     def sources(self) -> list[dict[str, Any]]:
-        out = [{"id": f"camera:{n}", "kind": "camera", "name": n} for n in self.hub.camera_pipelines]
-        out += [{"id": f"session:{s.id}", "kind": "browser", "name": s.id} for s in self.hub.sessions.values()
-                if s.own_pipeline is not None]
-        return out
+        return [{"id": e.id, "kind": e.kind, "name": e.name} for e in self.hub.registry.entries()]
 
     async def deploy(self, name: str, rollback: bool = False) -> dict[str, Any]:
         async with self._swap:

@@ -22,6 +22,7 @@ import numpy as np
 from edge_app.pipeline import AnalysisPipeline
 from edge_app.teach.store import DatasetError, DatasetStore, check_role
 from models.preprocess import Region
+from streams.tasks import cancel_and_wait
 
 Resolve = Callable[[str], AnalysisPipeline]
 
@@ -98,7 +99,6 @@ class Recorder:
         return rec
 
     async def _run(self, rec: Recording, pipe: AnalysisPipeline) -> None:
-        loop = asyncio.get_running_loop()
         pending: list[asyncio.Future[Any]] = []
         snapshot = rec.seconds == 0
         got_one = asyncio.Event()
@@ -109,9 +109,9 @@ class Recorder:
                 return
             got_one.set()
             frame = rgb.copy()
-            pending.append(loop.run_in_executor(pipe.engine.media, self._save, rec, frame, pipe.region))
+            pending.append(pipe.run_media(self._save, rec, frame, pipe.region))
 
-        pipe.frame_taps.add(tap)
+        pipe.add_tap(tap)
         try:
             if snapshot:
                 await asyncio.wait_for(got_one.wait(), 5.0)
@@ -120,7 +120,7 @@ class Recorder:
         except TimeoutError:
             rec.state, rec.error = "failed", f"no frame from {rec.source} for 5 s (is it streaming?)"
         finally:
-            pipe.frame_taps.discard(tap)
+            pipe.remove_tap(tap)
         await asyncio.gather(*pending, return_exceptions=True)
         if rec.state == "recording":
             rec.state = "done" if rec.saved else "failed"
@@ -143,5 +143,4 @@ class Recorder:
         return self.recordings[rec_id]
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        await cancel_and_wait(*self._tasks)

@@ -12,7 +12,6 @@ compared by class name (the two models may have other class sets). Disagreeing f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
@@ -32,6 +31,7 @@ from edge_app.teach.store import DatasetError
 from models.fit import load_policy
 from models.policies import run_on_trace
 from models.runtime import ModelRuntime
+from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 MAX_KEPT = 48
@@ -119,7 +119,7 @@ class Shadows:
             if frame.classes is not None and not frame.result.reused:
                 served[frame.result.seq] = frame.classes[frame.result.raw_class]
 
-        pipe.frame_taps.add(tap)
+        pipe.add_tap(tap)
         pipe.subscribe(on_result, video=False)
         try:
             end = time.monotonic() + run.seconds
@@ -133,7 +133,7 @@ class Shadows:
             run.state, run.error = "failed", str(exc)
             log.exception("shadow run %d failed", run.id)
         finally:
-            pipe.frame_taps.discard(tap)
+            pipe.remove_tap(tap)
             pipe.unsubscribe(on_result)
         log.info("shadow run %d of %s on %s: %d frames compared, %d agreed", run.id, run.model, run.source,
                  run.compared, run.agreed)
@@ -166,7 +166,4 @@ class Shadows:
         return run.kept[k]
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)

@@ -1,0 +1,75 @@
+"""Serving ``edge-app serve``'s application until a signal: the listen errors users can act on, and a graceful
+shutdown (a second signal exits at once)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import ssl
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from edge_app.errors import EdgeAppError
+
+log = logging.getLogger(__name__)
+
+
+class ListenError(EdgeAppError):
+    """The server cannot listen on the address asked for; the message says why and what to do."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        why = {errno.EADDRINUSE: "the port is already in use (another edge-app, or another program)",
+               errno.EACCES: "permission denied (ports below 1024 need root)",
+               errno.EADDRNOTAVAIL: f"this machine has no address {host} (check [server] host or --host)"}
+        reason = why.get(exc.errno or 0, exc.strerror or str(exc))
+        super().__init__(f"cannot listen on {host}:{port}: {reason}; pick another port with --port N or "
+                         f"[server] port in the config file")
+
+
+class ShutdownSignals:
+    """SIGTERM/SIGINT once: stop gracefully (``requested`` is set); a second time: ``exit_now`` at once."""
+
+    def __init__(self, exit_now: Callable[[int], None] = os._exit) -> None:
+        self.requested = asyncio.Event()
+        self._exit_now = exit_now
+
+    def __call__(self, sig: signal.Signals) -> None:
+        if self.requested.is_set():
+            log.warning("%s again: exiting now, without waiting for the shutdown", sig.name)
+            self._exit_now(128 + sig.value)
+            return
+        log.info("%s: shutting down (send it again to exit at once)", sig.name)
+        self.requested.set()
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self, sig)
+
+
+async def serve_until_signalled(app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None,
+                                shutdown_timeout_s: float, signals: ShutdownSignals | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then close peers and cameras within ``shutdown_timeout_s`` (plus HTTP)."""
+    signals = signals or ShutdownSignals()
+    signals.install(asyncio.get_running_loop())
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=min(shutdown_timeout_s, 5.0))
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ListenError(host, port, exc) from exc
+    bound = [s.getsockname()[:2] for s in getattr(site._server, "sockets", None) or []]
+    log.info("serving on %s", ", ".join(f"{'https' if ssl_context else 'http'}://{h}:{p}/" for h, p in bound))
+    await signals.requested.wait()
+    t0 = time.monotonic()
+    try:
+        await asyncio.wait_for(runner.cleanup(), shutdown_timeout_s + 5.0)
+    except TimeoutError:
+        log.error("shutdown took over %.0f s; exiting anyway", shutdown_timeout_s + 5.0)
+    log.info("stopped in %.2f s", time.monotonic() - t0)
