@@ -5,90 +5,19 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from edge_app.config import DEFAULT_CONFIG, AppConfig, ConfigError, load_config
+from edge_app.config import DEFAULT_CONFIG, ConfigError, load_config
+from edge_app.factory import CODEC_KBPS, inference_service, model_args, model_dir
+from edge_app.serving import serve, setup_logging
 from models.errors import ModelError
-from streams.redact import RedactingFilter
 
 log = logging.getLogger("edge_app")
-DEMO_TEST_SPLIT = Path("data/demo/test.npz")  # written by python -m exporter data
-
-
-def load_runtime(cfg: AppConfig, threads: int | None = None, folder: Path | None = None):  # type: ignore[no-untyped-def]
-    """The model's runtime alone (offline tools and benchmarks that run it frame by frame)."""
-    from models.runtime import ModelRuntime
-
-    return ModelRuntime.load(folder or cfg.model_path, providers=cfg.model.providers,
-                             threads=cfg.model.threads if threads is None else threads,
-                             warmup=cfg.model.warmup_runs, device_id=cfg.model.cuda_device)
-
-
-def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
-    """The configured backend inside the inference service the app's pipelines share."""
-    from models.service import InferenceService, load_backend
-
-    m = cfg.model
-    backend = load_backend(m.backend, deployed_model(cfg), m.providers, m.threads, m.warmup_runs, m.cuda_device)
-    return InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
-
-
-def deployed_model(cfg: AppConfig) -> Path:
-    """The model to serve: the one last deployed from the page ([training] models_dir), else [model] path."""
-    from edge_app.teach.registry import DEFAULT, ModelRegistry
-    from edge_app.teach.store import DatasetError
-
-    reg = ModelRegistry(cfg.resolve(cfg.training.models_dir), cfg.model_path)
-    if reg.active == DEFAULT:
-        return cfg.model_path
-    try:
-        folder = reg.validate(reg.active)
-    except DatasetError as exc:
-        log.warning("the deployed model cannot be served (%s); serving [model] path %s", exc.reason, cfg.model_path)
-        return cfg.model_path
-    log.info("serving the model deployed from the page: %s (%s)", reg.active, folder)
-    return folder
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     return serve(cfg, args.host, args.port, inference_service)
-
-
-def serve(cfg: AppConfig, host_arg: str | None, port_arg: int | None,
-          make_service: Callable[[AppConfig], Any]) -> int:
-    """Serve until signalled; ``make_service(cfg)`` builds the inference service (benchmarks pass an emulated one)."""
-    import asyncio
-
-    from edge_app.access import TOKEN_ENV, effective_token, is_loopback, tls_context
-    from edge_app.server import create_app
-    from edge_app.serving import ListenError, serve_until_signalled
-
-    host = host_arg or cfg.server.host
-    port = cfg.server.port if port_arg is None else port_arg
-    token = effective_token(cfg)
-    tls = tls_context(cfg)
-    if not is_loopback(host) and token is None:
-        log.warning("serving %s without a token: anyone who can reach it can watch the cameras "
-                    "(set [server] token or %s)", host, TOKEN_ENV)
-    if not is_loopback(host) and tls is None:
-        log.warning("serving %s over plain HTTP: browsers on other machines will refuse the camera "
-                    "(set [server] tls_cert and tls_key)", host)
-    service = make_service(cfg)
-    app = create_app(cfg, service, token)
-    log.info("model %s on %s; %s", service.backend.manifest.name, service.backend.device_name,
-             "token required" if token else "no token")
-    try:
-        asyncio.run(serve_until_signalled(app, host, port, tls, cfg.server.shutdown_timeout_s))
-    except ListenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-CODEC_KBPS = 250.0  # VP8-coded traces: [budget] min_receive_kbps, the least the browser is asked to send
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -103,7 +32,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     rest = args.rest or ["all"]
     rc = subprocess.run([sys.executable, "-m", "exporter", *rest], check=False).returncode  # its own process
     if rc == 0 and rest[0] in ("export", "all"):
-        from models.fit import fit_policy
+        from models.policy_store import fit_policy
 
         out = argparse.ArgumentParser(add_help=False)
         out.add_argument("--out", type=Path, default=Path("models/default"))
@@ -121,14 +50,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     return rc
 
 
-def model_dir(args: argparse.Namespace) -> Path:
-    return args.model if args.model is not None else load_config(args.config).model_path
-
-
 def cmd_fit_policy(args: argparse.Namespace) -> int:
     from models.errors import PolicyError
-    from models.fit import fit_policy
     from models.folder import policy_meta
+    from models.policy_store import fit_policy
 
     folder = model_dir(args)
     floor = args.min_exit
@@ -145,11 +70,6 @@ def cmd_fit_policy(args: argparse.Namespace) -> int:
           f"(final exit {info['calibration_final_exit_accuracy']:.4f}) at {info['calibration_cost']:.3f} of "
           f"full-depth cost; fitted on {info['calibration_frames']} frames in {info['fit_seconds']:.2f} s")
     return 0
-
-
-def model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
-    p.add_argument("--model", type=Path, help="model folder (default: [model] path of the config)")
 
 
 def build_parser(with_tools: bool = True) -> argparse.ArgumentParser:
@@ -186,13 +106,6 @@ def build_parser(with_tools: bool = True) -> argparse.ArgumentParser:
 
         add_tool_commands(sub)
     return ap
-
-
-def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:  # no secret reaches a log line, whoever wrote it
-        handler.addFilter(RedactingFilter())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,12 +29,17 @@ capture, a burst after a camera reconnects while the pipeline was idle) are not 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from models.operating import OperatingPoint
+from edge_app.config import AppConfig
+from edge_app.metrics import Metrics
+from models.manifest import read_manifest
+from models.operating import OperatingPoint, operating_points, resolve_points
 from models.policies import ExitPolicy
 
 log = logging.getLogger(__name__)
@@ -222,3 +227,24 @@ class LoadGovernor:
                 "arrival_fps": round(self.arrival_fps, 1), "load": round(float(self.load), 3), "moves": self.moves,
                 "resolves": self.resolves,
                 "solved_for_segment_ms": None if self.solved_ms is None else [round(ms, 2) for ms in self.solved_ms]}
+
+
+async def governor_for(config: AppConfig, folder: Path, policy: ExitPolicy, metrics: Metrics) -> LoadGovernor | None:
+    """The load-adaptive operating point for the model in ``folder`` (its points solved off the event loop), its
+    moves shown in the metrics; None with ``[policy] adapt_to_load = false``."""
+    if not config.policy.adapt_to_load:
+        return None
+    points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, policy)
+    governor: LoadGovernor | None = None
+
+    def moved(point: OperatingPoint) -> None:
+        if governor is not None:
+            metrics.operating_point.set(governor.index)
+            metrics.inference_load.set(governor.load)
+        metrics.operating_cost.set(point.cost)
+
+    governor = LoadGovernor(points, config.policy.load_headroom, config.model.workers, moved,
+                            functools.partial(resolve_points, folder, policy), read_manifest(folder).costs_ms)
+    metrics.operating_point.set(0)
+    metrics.operating_cost.set(points[0].cost)
+    return governor

@@ -24,7 +24,7 @@ from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
 from edge_app.errors import EdgeAppError
 from edge_app.fanout import CameraVideo
-from edge_app.governor import LoadGovernor
+from edge_app.governor import LoadGovernor, governor_for
 from edge_app.ingest import BrowserIngest
 from edge_app.metrics import Metrics
 from edge_app.peer.monitor import JSON_RESULT_BYTES
@@ -35,9 +35,6 @@ from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.signalling import AnswerPlan, PlanRefused, offered_lines, plan_answer
 from edge_app.sources import configured
-from models.manifest import read_manifest
-from models.operating import OperatingPoint, operating_points, resolve_points
-from models.policies import ExitPolicy
 from models.service import InferenceService, load_backend
 from streams import aiortc_adapter as rtc
 from streams.frames import LatestSlot, SourceFrame
@@ -83,7 +80,7 @@ class Hub:
     async def start(self) -> None:
         self.service.start()
         rtc.lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
-        self.governor = await self._governor_for(self.service.backend.folder, self.policy)
+        self.governor = await governor_for(self.config, self.service.backend.folder, self.policy, self.metrics)
         self.engine = Engine(service=self.service, policy=self.policy, metrics=self.metrics, media=self.media,
                              load=self.governor)
         for c, source in configured(self.config):
@@ -99,24 +96,6 @@ class Hub:
 
     def viewers(self, camera: str) -> list[PeerSession]:
         return [s for s in self.sessions.values() if s.camera == camera]
-
-    async def _governor_for(self, folder: Path, policy: ExitPolicy) -> LoadGovernor | None:
-        """The load-adaptive operating point (``edge_app.governor``) for the model in ``folder``: every pipeline
-        asks it for each frame's policy; None with ``[policy] adapt_to_load = false``."""
-        if not self.config.policy.adapt_to_load:
-            return None
-        points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, policy)
-        governor = LoadGovernor(points, self.config.policy.load_headroom, self.config.model.workers, self._moved,
-                                functools.partial(resolve_points, folder, policy), read_manifest(folder).costs_ms)
-        self.metrics.operating_point.set(0)
-        self.metrics.operating_cost.set(points[0].cost)
-        return governor
-
-    def _moved(self, point: OperatingPoint) -> None:
-        if self.governor is not None:
-            self.metrics.operating_point.set(self.governor.index)
-            self.metrics.inference_load.set(self.governor.load)
-        self.metrics.operating_cost.set(point.cost)
 
     def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], probe: bool = False,
                   uplink_from_frames: bool = False) -> AnalysisPipeline:
@@ -249,7 +228,7 @@ class Hub:
         backend = await loop.run_in_executor(None, load_backend, m.backend, folder, m.providers, m.threads,
                                              m.warmup_runs, m.cuda_device)
         policy = policy_from_config(self.config.policy, folder)
-        governor = await self._governor_for(folder, policy)  # the new model's own operating points
+        governor = await governor_for(self.config, folder, policy, self.metrics)  # the new model's own points
         service = InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
         service.start()
         old = self.engine

@@ -18,8 +18,8 @@ import numpy as np
 from edge_app.budget import horizon as exits_that_fit
 from edge_app.config import PolicyConfig
 from edge_app.smoothing import depth_window
-from models.fit import configured_policy
 from models.policies import ExitPolicy
+from models.policy_store import configured_policy
 from models.runtime import ExitResult
 from models.service import ChainOutcome, ChainRequest, InferenceService
 

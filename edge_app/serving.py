@@ -1,5 +1,5 @@
-"""Serving ``edge-app serve``'s application until a signal: the listen errors users can act on, and a graceful
-shutdown (a second signal exits at once)."""
+"""``edge-app serve``: the app served until a signal (a graceful shutdown; a second signal exits at once), the
+listen errors users can act on, and log lines that never carry a secret."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import logging
 import os
 import signal
 import ssl
+import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
+from edge_app.config import AppConfig
 from edge_app.errors import EdgeAppError
+from streams.redact import RedactingFilter
 
 log = logging.getLogger(__name__)
 
@@ -73,3 +77,40 @@ async def serve_until_signalled(app: web.Application, host: str, port: int, ssl_
     except TimeoutError:
         log.error("shutdown took over %.0f s; exiting anyway", shutdown_timeout_s + 5.0)
     log.info("stopped in %.2f s", time.monotonic() - t0)
+
+
+def serve(cfg: AppConfig, host_arg: str | None, port_arg: int | None,
+          make_service: Callable[[AppConfig], Any]) -> int:
+    """Serve until signalled; ``make_service(cfg)`` builds the inference service (benchmarks pass an emulated one)."""
+    import asyncio
+
+    from edge_app.access import TOKEN_ENV, effective_token, is_loopback, tls_context
+    from edge_app.server import create_app
+
+    host = host_arg or cfg.server.host
+    port = cfg.server.port if port_arg is None else port_arg
+    token = effective_token(cfg)
+    tls = tls_context(cfg)
+    if not is_loopback(host) and token is None:
+        log.warning("serving %s without a token: anyone who can reach it can watch the cameras "
+                    "(set [server] token or %s)", host, TOKEN_ENV)
+    if not is_loopback(host) and tls is None:
+        log.warning("serving %s over plain HTTP: browsers on other machines will refuse the camera "
+                    "(set [server] tls_cert and tls_key)", host)
+    service = make_service(cfg)
+    app = create_app(cfg, service, token)
+    log.info("model %s on %s; %s", service.backend.manifest.name, service.backend.device_name,
+             "token required" if token else "no token")
+    try:
+        asyncio.run(serve_until_signalled(app, host, port, tls, cfg.server.shutdown_timeout_s))
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # no secret reaches a log line, whoever wrote it
+        handler.addFilter(RedactingFilter())

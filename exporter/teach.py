@@ -49,10 +49,11 @@ from exporter.recover import read_model_folder, recover_checkpoint
 from exporter.train import TrainConfig, evaluate, train
 from exporter.vgg import ThreeExitVGG
 from exporter.widen import widen_model
-from models.fit import LAM_GRID, FittedChain, build_policy, fit_chain, fit_policy, load_policy, replay_index
+from models.fit import LAM_GRID, FittedChain, build_policy, fit_chain, replay_index
 from models.folder import load_traces
 from models.manifest import TraceSpec, read_manifest, sha256_file, write_manifest
 from models.policies import DynamicIndex, run_on_trace
+from models.policy_store import fit_policy, load_policy
 from models.preprocess import crop_resize
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,8 @@ def offer_problem(text: str) -> str | None:
         desc = sdp.SessionDescription.parse(text)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, AssertionError) as exc:
         return f"the SDP does not parse ({type(exc).__name__}: {exc})"
+    if not desc.media:
+        return "the SDP has no m= section (no media and no data channel to answer)"
     if len(desc.media) > MAX_MEDIA_SECTIONS:
         return f"the offer has {len(desc.media)} m-sections; at most {MAX_MEDIA_SECTIONS} are taken"
     mids = [m.rtp.muxId for m in desc.media if m.kind in ("audio", "video")]

@@ -119,7 +119,7 @@ class SharedVideoTrack(MediaStreamTrack):
         self._queue.clear()
         self._need_keyframe = True
         if self.packer is not None:
-            self.packer.retarget_to(source._retarget)
+            self.packer.retarget_to(source.retarget)
         old.remove(self)
         source.join(self)
 
@@ -143,7 +143,7 @@ class VideoFanout:
 
     def add(self, track: SharedVideoTrack, sender: Any) -> None:
         """``track`` is sent by ``sender``: give the sender a packer, and start the viewer on a keyframe."""
-        track.packer = PayloadPacker(self._retarget)
+        track.packer = PayloadPacker(self.retarget)
         send_ready_payloads(sender, track.packer)
         self.join(track)
 
@@ -159,7 +159,7 @@ class VideoFanout:
     def request_keyframe(self) -> None:
         self.keyframes_requested += 1
 
-    def _retarget(self) -> None:
+    def retarget(self) -> None:
         targets = [t.packer.target_bitrate for t in self.viewers if t.packer and t.packer.target_bitrate]
         self.target_bps = min(targets) if targets else None
 
@@ -191,8 +191,8 @@ class SharedEncoder(VideoFanout):
         super().request_keyframe()
         self._force_keyframe = True
 
-    def _retarget(self) -> None:
-        super()._retarget()
+    def retarget(self) -> None:
+        super().retarget()
         if self._encoder is not None and self.target_bps is not None and hasattr(self._encoder, "target_bitrate"):
             self._encoder.target_bitrate = self.target_bps
 
@@ -224,7 +224,7 @@ class SharedEncoder(VideoFanout):
         self.picture = (frame.width, frame.height)
         if self._encoder is None:
             self._encoder = get_encoder(self.codec)
-            self._retarget()
+            self.retarget()
         if self._t0 is None:
             self._t0 = now
         scale = min((t.scale_down for t in self.viewers), default=1.0)

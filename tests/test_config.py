@@ -76,3 +76,21 @@ def test_emulation_is_no_serve_setting(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"\[model\].emulated_segment_ms: unknown key"):
         load_config(write(tmp_path, "[model]\nemulated_segment_ms = [20, 25, 30]\n"))
     assert load_config(write(tmp_path, "[model]\ncuda_device = 1\n")).model.cuda_device == 1
+
+
+def test_a_config_error_never_echoes_a_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A too-short token, a camera URL with a password in the wrong scheme, a TURN credential of the wrong type:
+    the error names the file, the key and the reason, and shows none of them (it is printed before the secrets
+    are registered for redaction)."""
+    p = tmp_path / "c.toml"
+    p.write_text('[server]\ntoken = "hunter2-short"\n'
+                 '[[server.ice_servers]]\nurls = ["turn:turn.example:3478"]\nusername = "u"\ncredential = 12345678\n'
+                 '[[cameras]]\nname = "door"\nurl = "http://admin:s3cret-pw@10.0.0.9/stream"\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(p)
+    text = str(err.value)
+    print(text)
+    for secret in ("hunter2-short", "s3cret-pw", "12345678", "admin"):
+        assert secret not in text, secret
+    assert "[server].token" in text and "[cameras[0]].url" in text and "not shown" in text
+    assert "[server].ice_servers[0].credential" in text

@@ -48,8 +48,8 @@ def test_default_model_runs() -> None:
 
 
 def test_default_model_ships_its_policy_tables_fitted_on_vp8_coded_frames() -> None:
-    from models.fit import load_policy
     from models.folder import policy_meta
+    from models.policy_store import load_policy
 
     m = read_manifest(DEFAULT)
     # the live path analyses what VP8 delivered, so the shipped policy is fitted on such frames

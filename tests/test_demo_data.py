@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MNIST_CACHE
+from support.live import MNIST_CACHE
 
 from exporter import demo_data
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import REPO, skip_or_fail
+from support.live import REPO, skip_or_fail
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
-from conftest import REPO, results_channel
+from support.live import REPO, results_channel
 from test_bad_input import _offer_sdp
 
 from edge_app.config import AppConfig

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REPO, running_app, skip_or_fail
+from support.live import REPO, running_app, skip_or_fail
 
 from edge_app.bench.testvideo import LabelledVideo, write_y4m
 from edge_app.config import AppConfig

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
-from conftest import results_channel
+from support.live import results_channel
 
 from edge_app.bench.testvideo import LabelledVideo, LabelledVideoTrack
 from streams.stamp import read_stamp

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import skip_or_fail
+from support.live import skip_or_fail
 
 from edge_app.bench.netbench import netns
 from edge_app.bench.netbench.bench import BenchOptions, run_one

@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import skip_or_fail
+from support.live import skip_or_fail
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port
 from edge_app.bench.viewers import Viewer, first_camera
@@ -134,7 +134,7 @@ async def test_a_congested_viewer_moves_to_annotated_video(app_config: Callable[
     from aiohttp import web
 
     from edge_app.appkeys import HUB_KEY
-    from edge_app.cli import inference_service
+    from edge_app.factory import inference_service
     from edge_app.server import create_app
 
     cfg = app_config(cameras=[{"name": "cam", "url": rtsp_camera.url, "transport": "tcp"}])

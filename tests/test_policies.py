@@ -12,7 +12,7 @@ import pytest
 
 from models.errors import PolicyError
 from models.evaluate import dominance, pareto_front, prophet, replay
-from models.fit import build_policy, fit_chain, load_policy, save_policy, states_of
+from models.fit import build_policy, fit_chain, states_of
 from models.policies import (
     BudgetGreedy,
     ConfidenceThreshold,
@@ -23,6 +23,7 @@ from models.policies import (
     normalised_entropy,
     run_on_trace,
 )
+from models.policy_store import load_policy, save_policy
 
 
 def onehotish(label: int, conf: float, c: int = 4) -> np.ndarray:
@@ -180,8 +181,8 @@ def test_saved_tables_round_trip(tmp_path: Path) -> None:
 @pytest.mark.train
 def test_fit_policy_and_evaluate_on_an_exported_model(tiny_model_folder: Path, tmp_path: Path) -> None:
     from edge_app.bench.evaluate import evaluate
-    from models.fit import fit_policy
     from models.manifest import read_manifest
+    from models.policy_store import fit_policy
 
     folder = tmp_path / "m"
     shutil.copytree(tiny_model_folder, folder)

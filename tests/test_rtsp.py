@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 import pytest
-from conftest import results_channel, skip_or_fail
+from support.live import results_channel, skip_or_fail
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
 from edge_app.bench.testvideo import LabelledVideo, write_jpegs

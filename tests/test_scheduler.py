@@ -10,8 +10,8 @@ import pytest
 
 from edge_app.bench.emulation import EmulatedDevice
 from edge_app.scheduler import FrameScheduler
-from models.fit import load_policy
 from models.policies import ConfidenceThreshold, FixedExit
+from models.policy_store import load_policy
 from models.runtime import ModelRuntime
 from models.service import InferenceService
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import running_app
+from support.live import running_app
 
 from edge_app.config import load_config
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiortc import RTCPeerConnection
-from conftest import DEFAULT_MODEL
+from support.live import DEFAULT_MODEL
 from test_live_session import VideoFileTrack, collect, connect
 
 from edge_app.bench.rtsp_camera import free_port

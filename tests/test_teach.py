@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import skip_or_fail
+from support.live import skip_or_fail
 
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
 from edge_app.bench.scene import write_clip

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from edge_app.bench.scene import render
+from edge_app.teach.frames import DatasetError
 from edge_app.teach.jobs import missing_train_extra
-from edge_app.teach.store import DatasetError, DatasetStore
+from edge_app.teach.store import DatasetStore
 
 pytestmark = pytest.mark.slow
 
@@ -171,7 +172,7 @@ async def test_api_refuses_bad_input_and_swaps_models_under_a_viewer(
 async def test_the_demo_camera_is_scored_live_against_its_labels(app_config: Callable[..., Any], serve: Any) -> None:
     """The built-in demo source a newcomer can pick: labelled frames, each result scored against its label."""
     from aiortc import RTCPeerConnection
-    from conftest import results_channel
+    from support.live import results_channel
     from test_live_session import connect
 
     cfg = app_config(demo={"enabled": True, "fps": 15.0, "hold_frames": 5})

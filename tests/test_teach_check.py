@@ -17,7 +17,8 @@ from support.teach import call_json, train_job
 
 from edge_app.config_cameras import check_region
 from edge_app.teach.capture import Pace
-from edge_app.teach.store import DatasetError, DatasetStore
+from edge_app.teach.frames import DatasetError
+from edge_app.teach.store import DatasetStore
 from models.chain import ChainSolution
 from models.policies import DynamicIndex, run_on_trace
 from models.preprocess import crop_region, region_box

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edge_app.cli import CODEC_KBPS, DEMO_TEST_SPLIT, inference_service, load_runtime, model_args, model_dir
 from edge_app.config import DEFAULT_CONFIG, load_config
+from edge_app.factory import CODEC_KBPS, DEMO_TEST_SPLIT, inference_service, load_runtime, model_args, model_dir
 
 
 def plots_missing() -> bool:

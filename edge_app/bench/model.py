@@ -60,10 +60,10 @@ def format_table(rows: list[Timing]) -> str:
 
 def bench_policy(folder: Path, frames: int = 2000) -> str:
     """Microseconds per frame that each policy spends deciding, replaying the test traces."""
-    from models.fit import load_policy
     from models.folder import load_traces
     from models.manifest import read_manifest
     from models.policies import ConfidenceThreshold, ExitPolicy, FixedExit, Patience, run_on_trace
+    from models.policy_store import load_policy
 
     manifest = read_manifest(folder)
     probs, _ = load_traces(folder, manifest, "test")

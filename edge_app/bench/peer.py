@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
+
+from edge_app import protocol
 
 
 def results_channel(pc: Any, on_result: Callable[[dict[str, Any]], None],
@@ -15,12 +16,12 @@ def results_channel(pc: Any, on_result: Callable[[dict[str, Any]], None],
 
     @channel.on("message")  # type: ignore[untyped-decorator]
     def on_message(message: str) -> None:
-        msg = json.loads(message)
-        if msg["type"] == "ping":
-            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-        elif msg["type"] == "result":
-            on_result(msg)
-        elif msg["type"] == "uplink" and on_uplink is not None:
-            on_uplink(msg)
+        msg = protocol.parse(message)
+        if isinstance(msg, protocol.Ping):
+            channel.send(protocol.Pong(msg.id).encode())
+        elif isinstance(msg, protocol.Result):
+            on_result(msg.data)
+        elif isinstance(msg, protocol.Uplink) and on_uplink is not None:
+            on_uplink(msg.to_json())
 
     return channel

@@ -13,8 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from edge_app.cli import serve, setup_logging
 from edge_app.config import AppConfig, ConfigError, load_config
+from edge_app.serving import serve, setup_logging
 from models.errors import ModelError
 from models.service import InferenceService
 

@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 
+from edge_app import protocol
 from streams.aiortc_adapter import restrict_host_addresses
 
 MAX_THREAD_GROWTH = 8  # the default executor and aioice's resolver may start a few threads on first use
@@ -129,11 +130,11 @@ async def real_client(base: str, timeout_s: float = 20.0) -> tuple[int, float | 
 
     @channel.on("message")
     def on_message(message: str) -> None:
-        msg = json.loads(message)
-        if msg.get("type") == "ping":
-            channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-        elif msg.get("type") == "result":
-            results.append(msg)
+        msg = protocol.parse(message)
+        if isinstance(msg, protocol.Ping):
+            channel.send(protocol.Pong(msg.id).encode())
+        elif isinstance(msg, protocol.Result):
+            results.append(msg.data)
 
     pc.addTrack(VideoStreamTrack())
     t0 = time.monotonic()

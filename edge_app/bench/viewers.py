@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import aiohttp
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
+from edge_app import protocol
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
 from edge_app.bench.sessions import _cpu_s, peer_video, wait_healthy
 from edge_app.bench.testvideo import write_jpegs
@@ -50,14 +50,15 @@ class Viewer:
 
         @channel.on("message")
         def on_message(message: str) -> None:
-            msg = json.loads(message)
-            if msg["type"] == "ping":
-                channel.send(json.dumps({"type": "pong", "id": msg["id"]}))
-            self.results += msg["type"] == "result"
-            if keep_results and msg["type"] == "result":
-                self.messages.append({**msg, "received_s": time.monotonic()})
-            if msg["type"] == "video":
-                self.pictures.append(msg["picture"])
+            msg = protocol.parse(message)
+            if isinstance(msg, protocol.Ping):
+                channel.send(protocol.Pong(msg.id).encode())
+            elif isinstance(msg, protocol.Result):
+                self.results += 1
+                if keep_results:
+                    self.messages.append({**msg.data, "received_s": time.monotonic()})
+            elif isinstance(msg, protocol.Video):
+                self.pictures.append(msg.picture)
 
         @self.pc.on("track")
         def on_track(track: Any) -> None:

@@ -3,6 +3,7 @@
 // window.edge holds the live state (the end-to-end tests read it); probe.js is loaded only with ?probe=1.
 import { LiveChart } from "./charts.js";
 import { FrameMatcher, clearOverlay, drawOverlay } from "./overlay.js";
+import { parseMessage } from "./protocol.js";
 import { initTeach } from "./teach.js";
 
 const $ = (id) => document.getElementById(id);
@@ -88,8 +89,8 @@ if (params.get("camera")) {
 function fillSources(status) {
   const sel = $("source"), keep = sel.value;
   sel.replaceChildren(new Option("my camera (this browser)", ""),
-    ...status.cameras.map((c) => new Option(c.transport === "demo" ? `${c.name}: labelled demo frames (live accuracy)`
-      : `camera ${c.name} (${c.state})`, c.name)));
+    ...status.cameras.map((c) => new Option(c.kind === "demo" ? `${c.name}: labelled demo frames (live accuracy)`
+      : c.kind === "file" ? `${c.name}: video file ${c.url.replace(/^file:/, "")} (${c.state})` : `camera ${c.name} (${c.state})`, c.name)));
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
 }
 
@@ -218,7 +219,7 @@ function disconnect() { teardown(); setState("idle"); }
 
 function onMessage(channel, data) {
   let msg;
-  try { msg = JSON.parse(data); } catch { return; }
+  try { msg = parseMessage(data); } catch (e) { edge.badMessages = (edge.badMessages || 0) + 1; console.warn(e.message); return; }
   if (msg.type === "ping") {
     channel.send(JSON.stringify({ type: "pong", id: msg.id }));
     if (edge.matcher) edge.matcher.serverClock(msg.t);

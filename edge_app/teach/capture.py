@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from edge_app.pipeline import AnalysisPipeline
-from edge_app.teach.store import DatasetError, DatasetStore, check_role
+from edge_app.teach.frames import DatasetError, check_role
+from edge_app.teach.store import DatasetStore
 from models.preprocess import Region
 from streams.tasks import cancel_and_wait
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_app.config import TrainingConfig
-from edge_app.teach.store import DatasetError, DatasetStore
+from edge_app.teach.frames import DatasetError
+from edge_app.teach.store import DatasetStore
 
 log = logging.getLogger(__name__)
 NEEDS = ("torch", "torchvision", "onnxscript")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edge_app.teach.store import DatasetError, check_name
+from edge_app.teach.frames import DatasetError, check_name
 from models.errors import ModelError
 from models.manifest import read_manifest
 

@@ -27,9 +27,9 @@ import numpy as np
 from edge_app.pipeline import AnalysisPipeline
 from edge_app.results import AnalysedFrame
 from edge_app.teach.capture import Pace
-from edge_app.teach.store import DatasetError
-from models.fit import load_policy
+from edge_app.teach.frames import DatasetError
 from models.policies import run_on_trace
+from models.policy_store import load_policy
 from models.runtime import ModelRuntime
 from streams.tasks import cancel_and_wait
 

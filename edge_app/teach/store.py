@@ -17,53 +17,18 @@ recording can be labelled in spans (``label_span``). Nothing here imports torch.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from edge_app.errors import EdgeAppError
-
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")
-SPLITS = ("train", "calibration", "test", "check")
-ROLES = ("auto", "train", "check")  # auto: dealt out in blocks
-DEAL = ("train", "train", "calibration", "train", "train", "test", "train")  # of every 7 blocks: 5 / 1 / 1
-
-
-class DatasetError(EdgeAppError, ValueError):
-    """A request the store refuses; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, reason: str, status: int = 400) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
-
-
-@dataclass(frozen=True)
-class Frame:
-    id: str
-    cls: str
-    source: str
-    t: float  # unix seconds
-    width: int
-    height: int
-    role: str = "auto"  # one of ROLES
-    recording: str | None = None  # the recording it was captured in (span labelling)
-    region: tuple[float, float, float, float] | None = None  # the camera's region (x, y, w, h) it was cut from
-
-
-def check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not NAME.match(name) or name in (".", ".."):
-        raise DatasetError(f"{kind} name {name!r}: use 1-64 letters, digits, spaces, '_', '-' or '.', starting with "
-                           "a letter or digit")
-    return name
+from edge_app.teach.frames import DEAL, NAME, SPLITS, DatasetError, Frame, check_name, check_role
 
 
 class DatasetStore:
@@ -328,9 +293,3 @@ class DatasetStore:
         return {s: {c: sum(1 for f in frames if f.cls == c and splits[f.id] == s) for c in self.classes(dataset)}
                 for s in SPLITS}
 
-
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise DatasetError(f"role {role!r}: one of {list(ROLES)} (check: a check recording, never trained on; "
-                           "train: always trained on; auto: dealt out in time blocks)")
-    return role

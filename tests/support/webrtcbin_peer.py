@@ -1,12 +1,15 @@
 """A WebRTC peer we did not write: GStreamer's webrtcbin, driven from the system Python with gi.
 
     /usr/bin/python3 tests/support/webrtcbin_peer.py --url http://127.0.0.1:PORT --codec vp8|h264 \\
-        --seconds 8 --out result.json
+        --seconds 8 --out result.json [--whip]
 
 It sends a live test pattern (VP8 or H.264, 320x240 at 30 fps), opens a "results" data channel (answering the
 server's pings), posts its offer to ``/offer`` as a browser page would (webrtcbin offers ``a=setup:actpass``, so
 the DTLS role is the server's to choose), decodes the video that comes back, and writes what it saw as JSON:
-``{"state", "frames_back", "results", "first_result", "answer_setup", "codec", "error"}``.  Its ICE agent (libnice)
+``{"state", "frames_back", "results", "first_result", "answer_setup", "codec", "error"}``. With ``--whip`` it is a
+WHIP sender instead (RFC 9725: its camera only, ``sendonly``): the offer goes to ``/whip`` as ``application/sdp``,
+the answer comes back ``201 Created`` with a ``Location``, and at the end the session is ended with ``DELETE`` on
+it (``"location"``, ``"deleted"``: the DELETE's status).  Its ICE agent (libnice)
 gathers on 127.0.0.1 only, so no packet leaves this machine.
 
 Needs: python3-gi gir1.2-gst-plugins-bad-1.0 gir1.2-nice-0.1 gstreamer1.0-plugins-{base,good,bad,ugly}
@@ -40,11 +43,13 @@ DECODERS = {"VP8": "queue ! rtpvp8depay ! vp8dec", "H264": "queue ! rtph264depay
 
 
 class Peer:
-    def __init__(self, url: str, codec: str, seconds: float) -> None:
+    def __init__(self, url: str, codec: str, seconds: float, whip: bool = False) -> None:
         self.url = url.rstrip("/")
         self.codec = codec
+        self.whip = whip
         self.out: dict[str, object] = {"state": "new", "frames_back": 0, "results": 0, "first_result": None,
-                                       "answer_setup": None, "codec": codec, "error": None}
+                                       "answer_setup": None, "codec": codec, "error": None, "location": None,
+                                       "deleted": None}
         self.loop = GLib.MainLoop()
         self.pipe = Gst.parse_launch(
             "webrtcbin name=wb bundle-policy=max-bundle "
@@ -71,10 +76,17 @@ class Peer:
 
     def run(self) -> dict[str, object]:
         self.pipe.set_state(Gst.State.PLAYING)
-        for t in range(self.wb.emit("get-transceivers").len):  # the test pattern's m-line also receives
+        direction = GstWebRTC.WebRTCRTPTransceiverDirection
+        for t in range(self.wb.emit("get-transceivers").len):  # the test pattern's m-line also receives (not WHIP)
             self.wb.emit("get-transceiver", t).set_property("direction",
-                                                            GstWebRTC.WebRTCRTPTransceiverDirection.SENDRECV)
+                                                            direction.SENDONLY if self.whip else direction.SENDRECV)
         self.loop.run()
+        if self.whip and self.out["location"]:
+            req = urllib.request.Request(f"{self.url}{self.out['location']}", method="DELETE")
+            try:
+                self.out["deleted"] = urllib.request.urlopen(req, timeout=10).status
+            except Exception as exc:
+                self.out["deleted"] = getattr(exc, "code", str(exc))
         self.pipe.set_state(Gst.State.NULL)
         return self.out
 
@@ -113,17 +125,27 @@ class Peer:
 
     def post_offer(self) -> bool:
         sdp = self.wb.get_property("local-description").sdp.as_text()
-        body = json.dumps({"sdp": sdp, "type": "offer"}).encode()
-        req = urllib.request.Request(f"{self.url}/offer", body, {"Content-Type": "application/json"})
+        if self.whip:
+            req = urllib.request.Request(f"{self.url}/whip", sdp.encode(), {"Content-Type": "application/sdp"})
+        else:
+            body = json.dumps({"sdp": sdp, "type": "offer"}).encode()
+            req = urllib.request.Request(f"{self.url}/offer", body, {"Content-Type": "application/json"})
         try:
-            answer = json.loads(urllib.request.urlopen(req, timeout=15).read())
+            with urllib.request.urlopen(req, timeout=15) as r:
+                text = r.read().decode()
+                if self.whip:
+                    self.out["location"] = r.headers.get("Location")
+                    if r.status != 201 or r.headers.get_content_type() != "application/sdp":
+                        self.fail(f"POST /whip: {r.status} {r.headers.get_content_type()}, not 201 application/sdp")
+                        return False
         except Exception as exc:  # an HTTP error carries the server's reason in its body
             detail = exc.read().decode() if hasattr(exc, "read") else ""
-            self.fail(f"POST /offer: {exc} {detail}")
+            self.fail(f"POST {'/whip' if self.whip else '/offer'}: {exc} {detail}")
             return False
-        setup = [line for line in answer["sdp"].splitlines() if line.startswith("a=setup:")]
+        answer_sdp = text if self.whip else json.loads(text)["sdp"]
+        setup = [line for line in answer_sdp.splitlines() if line.startswith("a=setup:")]
         self.out["answer_setup"] = setup[0] if setup else None
-        _, msg = GstSdp.SDPMessage.new_from_text(answer["sdp"])
+        _, msg = GstSdp.SDPMessage.new_from_text(answer_sdp)
         desc = GstWebRTC.WebRTCSessionDescription.new(GstWebRTC.WebRTCSDPType.ANSWER, msg)
         self.wb.emit("set-remote-description", desc, Gst.Promise.new())
         return False
@@ -171,9 +193,10 @@ def main() -> int:
     ap.add_argument("--codec", choices=sorted(ENCODERS), default="vp8")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--whip", action="store_true", help="a WHIP sender (POST /whip, application/sdp)")
     args = ap.parse_args()
     Gst.init(None)
-    out = Peer(args.url, args.codec, args.seconds).run()
+    out = Peer(args.url, args.codec, args.seconds, args.whip).run()
     with open(args.out, "w") as f:
         json.dump(out, f)
     print(json.dumps(out), flush=True)
