@@ -12,7 +12,7 @@ Server to peer: ``result`` (compact, or every field with ``"detail": true``), ``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Literal
 
 from edge_app.results import FrameResult
@@ -286,7 +286,3 @@ def parse_from_peer(text: object) -> Ping | Pong | TextPing:
     assert isinstance(msg, Ping | Pong)
     return msg
 
-
-def field_names(kind: type[Message]) -> list[str]:
-    """The JSON keys of a message type besides ``type`` (``docs/protocol.md`` lists them)."""
-    return [f.name for f in fields(kind)]

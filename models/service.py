@@ -31,20 +31,6 @@ from models.policies import ExitPolicy
 from models.runtime import ExitResult, ModelRuntime
 
 
-class ChainRun(Protocol):
-    """One frame's walk down the chain (``models.runtime.InferenceRun``)."""
-
-    results: list[ExitResult]
-
-    @property
-    def next_exit(self) -> int: ...
-
-    @property
-    def done(self) -> bool: ...
-
-    def advance(self) -> ExitResult: ...
-
-
 class InferenceBackend(Protocol):
     """What the service needs of a runtime."""
 

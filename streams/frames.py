@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -90,10 +89,6 @@ class LatestSlot(Generic[T]):
         self._closed = True
         self._event.set()
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
 
 class SlotClosed(StreamsError):
     """The producer went away; no more items will come."""
@@ -126,6 +121,3 @@ class Broadcast(Generic[T]):
     def __len__(self) -> int:
         return len(self._subscribers)
 
-
-def now_s() -> float:
-    return time.monotonic()

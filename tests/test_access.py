@@ -21,6 +21,7 @@ TOKEN = "s3cret-token-for-tests-0123456789"
 GUARDED = [("GET", "/status"), ("GET", "/metrics"), ("POST", "/offer")]
 
 
+@pytest.mark.live
 async def test_token_guards_everything_but_the_page_and_health(app_config: Callable[..., AppConfig]) -> None:
     cfg = app_config(server={"token": TOKEN, "ice_host_addresses": ["127.0.0.1"]})
     async with running_app(cfg) as base, aiohttp.ClientSession() as http:
@@ -64,6 +65,7 @@ def test_rate_limiter_window_and_memory_bound() -> None:
     assert len(lim._seen) == 2, "the least recent client is forgotten"
 
 
+@pytest.mark.live
 async def test_too_many_offers_from_one_client_get_429(app_config: Callable[..., AppConfig]) -> None:
     cfg = app_config(server={"max_offers_per_minute": 3, "ice_host_addresses": ["127.0.0.1"]})
     async with running_app(cfg) as base, aiohttp.ClientSession() as http:
@@ -101,6 +103,7 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
     return cert_p, key_p
 
 
+@pytest.mark.live
 async def test_https_from_a_configured_certificate(app_config: Callable[..., AppConfig], tmp_path: Path) -> None:
     from aiohttp import web
 
@@ -141,6 +144,7 @@ def test_tls_settings_are_checked(app_config: Callable[..., AppConfig], tmp_path
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.live
 async def test_browser_with_the_token_in_the_fragment(app_config: Callable[..., AppConfig], serve: Any,
                                                      browser: Any) -> None:
     cfg = app_config(server={"token": TOKEN, "ice_host_addresses": ["127.0.0.1"]})
@@ -160,6 +164,7 @@ async def test_browser_with_the_token_in_the_fragment(app_config: Callable[..., 
 
 
 @pytest.mark.slow
+@pytest.mark.live
 async def test_beyond_max_sessions_new_ones_get_503_and_the_running_one_goes_on(
         app_config: Callable[..., AppConfig], serve: Any) -> None:
     import asyncio

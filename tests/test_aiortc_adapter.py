@@ -14,6 +14,7 @@ from streams.aiortc_adapter import (
 )
 
 
+@pytest.mark.live
 async def test_internals_are_where_the_adapter_reads_them() -> None:
     assert aiortc.__version__ == "1.16.0", "the adapter was checked against aiortc 1.16.0; re-check it"
     pc = aiortc.RTCPeerConnection()
@@ -63,6 +64,7 @@ def test_values_are_converted() -> None:
     assert receiver_bitrate_estimate_bps(Receiver()) == 400_000
 
 
+@pytest.mark.live
 async def test_rtcp_tap_gives_each_reports_own_rtt() -> None:
     """The tap sees every receiver report and computes its sample as aiortc does, before aiortc's EWMA."""
     import time

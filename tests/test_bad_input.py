@@ -58,6 +58,7 @@ def _only_h265(sdp: str) -> str:
     return "\r\n".join(out)
 
 
+@pytest.mark.live
 async def test_each_kind_of_bad_offer_gets_its_own_reason(app_config: Callable[..., AppConfig]) -> None:
     good = await _offer_sdp()
     no_video = await _offer_sdp(video=False)
@@ -142,6 +143,7 @@ content_types = st.sampled_from(["application/json", "text/plain", "", "applicat
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                      HealthCheck.too_slow])
 @given(body=bodies, ctype=content_types)
+@pytest.mark.live
 def test_fuzzed_offers_get_4xx_and_the_server_keeps_serving(background_server: tuple[str, Any], body: bytes,
                                                             ctype: str) -> None:
     base, loop = background_server
@@ -156,6 +158,7 @@ def test_fuzzed_offers_get_4xx_and_the_server_keeps_serving(background_server: t
     assert 400 <= status < 500, (status, ctype, body[:200])
 
 
+@pytest.mark.live
 def test_after_the_fuzz_the_server_still_serves(background_server: tuple[str, Any]) -> None:
     base, loop = background_server
 
@@ -168,6 +171,7 @@ def test_after_the_fuzz_the_server_still_serves(background_server: tuple[str, An
 
 
 @pytest.mark.slow
+@pytest.mark.live
 async def test_bad_data_channel_messages_get_an_error_and_the_session_goes_on(
         app_config: Callable[..., AppConfig], serve: Any, demo_test_split: tuple[np.ndarray, np.ndarray]) -> None:
     images, labels = demo_test_split

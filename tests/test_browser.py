@@ -19,7 +19,7 @@ from edge_app.bench.testvideo import LabelledVideo, write_y4m
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "test-browser"
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.live]
 
 
 @pytest.fixture(scope="module")

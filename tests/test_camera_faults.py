@@ -23,7 +23,7 @@ from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
 from edge_app.bench.testvideo import LabelledVideo, write_jpegs
 from edge_app.config import AppConfig
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 async def test_stall_and_new_resolution(app_config: Callable[..., AppConfig], serve: Any, tmp_path: Path,

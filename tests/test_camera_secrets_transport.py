@@ -28,7 +28,7 @@ from support.live import REPO
 from edge_app.bench.rtsp_camera import RtspServer, free_port
 from edge_app.config import AppConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 PASSWORD = "hunter2-Pa55"
 URL_TOKEN = "camt0ken-77"

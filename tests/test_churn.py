@@ -28,7 +28,7 @@ from test_live_session import VideoFileTrack, collect, connect
 from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 WARMUP, CYCLES = 10, int(os.environ.get("EDGE_APP_CHURN_CYCLES", "300"))
 
 

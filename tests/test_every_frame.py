@@ -9,6 +9,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig, ModelConfig
 from edge_app.decide import PipelineSettings
@@ -28,6 +30,7 @@ from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "models" / "default"
 
 
+@pytest.mark.live
 async def test_arrival_faster_than_full_depth_every_frame_answered_or_counted_and_the_point_moves_at_once() -> None:
     cfg = AppConfig(model=ModelConfig(path=DEFAULT_MODEL))
     rt = ModelRuntime.load(DEFAULT_MODEL, threads=1, warmup=1)

@@ -18,7 +18,7 @@ from support.live import chromium_page, results_channel, running_app
 
 from edge_app.config import AppConfig, ConfigError
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 FPS = 15
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from support.live import REPO, skip_or_fail
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.live]
 
 
 async def test_page_in_firefox(app_config: Callable[..., Any], serve: Any) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from edge_app.config import PolicyConfig
 from edge_app.governor import LoadGovernor
 from edge_app.scheduler import policy_from_config
@@ -94,6 +96,8 @@ def test_operating_points_of_the_shipped_model_get_cheaper_and_start_at_its_poli
     assert operating_points(DEFAULT_MODEL, FixedExit(3))[0].cost == 1.0, "a fixed policy has one point"
 
 
+@pytest.mark.live
+@pytest.mark.slow
 async def test_the_server_shows_its_operating_point_and_moves_it_under_real_load() -> None:
     """Real pipelines on an emulated slower device: six 30 fps labelled streams need more than one inference
     thread can give at the fitted lam; the governor moves to a cheaper point and every stream is answered."""

@@ -55,6 +55,7 @@ async def metric(http: aiohttp.ClientSession, base: str, name: str, **labels: st
     return float(m.group(1)) if m else 0.0
 
 
+@pytest.mark.live
 async def test_a_session_that_never_connects_is_closed_and_frees_its_slot(
         app_config: Callable[..., AppConfig], serve: Any) -> None:
     cfg = app_config(server={"connect_timeout_s": 2.0, "max_sessions": 1})
@@ -79,6 +80,7 @@ async def test_a_session_that_never_connects_is_closed_and_frees_its_slot(
     assert again == 200, "the freed slot takes a new offer"
 
 
+@pytest.mark.live
 async def test_a_burst_of_offers_never_overshoots_max_sessions(app_config: Callable[..., AppConfig],
                                                                serve: Any) -> None:
     cfg = app_config(server={"max_sessions": 4, "max_offers_per_minute": 1000, "connect_timeout_s": 30.0})
@@ -96,6 +98,7 @@ def _munge(sdp: str, old: str, new: str) -> str:
     return re.sub(old, new, sdp)
 
 
+@pytest.mark.live
 async def test_hostile_offers_get_400_with_a_reason_and_are_counted(app_config: Callable[..., AppConfig],
                                                                     serve: Any) -> None:
     async with serve(app_config()) as base, aiohttp.ClientSession() as http:
@@ -119,6 +122,7 @@ async def test_hostile_offers_get_400_with_a_reason_and_are_counted(app_config: 
     assert after - before == 1 and after_400 - before_400 == 2 and errors == 0
 
 
+@pytest.mark.live
 async def test_only_the_track_the_app_uses_is_received(app_config: Callable[..., AppConfig], serve: Any) -> None:
     """30 offered video tracks and an audio track: one is analysed, the rest are answered inactive, not decoded."""
     from aiortc.mediastreams import AudioStreamTrack
@@ -151,6 +155,7 @@ async def test_only_the_track_the_app_uses_is_received(app_config: Callable[...,
     assert threads_during - threads_before <= 12, (threads_before, threads_during)
 
 
+@pytest.mark.live
 async def test_cors_preflight_for_configured_origins_only(app_config: Callable[..., AppConfig], serve: Any) -> None:
     cfg = app_config(server={"cors_origins": ["http://page.example"], "token": "t" * 24})
     pre = {"Origin": "http://page.example", "Access-Control-Request-Method": "POST",
@@ -171,6 +176,7 @@ async def test_cors_preflight_for_configured_origins_only(app_config: Callable[.
     assert allowed_get == (200, "http://page.example") and other_get is None
 
 
+@pytest.mark.live
 def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -200,6 +206,7 @@ def test_offer_sdp_checks_are_pure(size: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.live
 def test_soak_of_offers_that_never_connect(tmp_path: Path) -> None:
     """A short run of ``edge-app bench-soak`` (the full one: 200 offers over 2 minutes): a real server process,
     offers from peers that are gone, every session closed, no growth of threads, fds or RSS, a real client after."""

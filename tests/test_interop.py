@@ -28,7 +28,7 @@ from support.live import REPO, running_app, skip_or_fail
 from edge_app.bench.testvideo import LabelledVideo, write_y4m
 from edge_app.config import AppConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 AIORTC_SDIST = "aiortc==1.16.0"
 CACHE = REPO / "data" / "cache"

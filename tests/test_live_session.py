@@ -26,7 +26,7 @@ from support.live import results_channel
 from edge_app.bench.testvideo import LabelledVideo, LabelledVideoTrack
 from streams.stamp import read_stamp
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 VideoFileTrack = LabelledVideoTrack  # the name the other tests import

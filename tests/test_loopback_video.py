@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.live]
 
 
 async def test_the_page_keeps_full_rate_and_size_on_loopback_for_a_minute(app_config: Callable[..., Any], serve: Any,

@@ -25,7 +25,7 @@ from edge_app.bench.netbench.bench import BenchOptions, run_one
 from edge_app.bench.netbench.trace import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.live]
 
 ECHO = """
 import socket, sys, time

@@ -17,7 +17,7 @@ from support.live import skip_or_fail
 from edge_app.bench.rtsp_camera import RtspServer, free_port
 from edge_app.bench.viewers import Viewer, first_camera
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "test-passthrough"
 
 

@@ -68,6 +68,7 @@ def test_a_peer_may_send_only_ping_and_pong() -> None:
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.live
 async def test_the_page_reads_the_same_vectors(app_config: Callable[..., AppConfig]) -> None:
     async with running_app(app_config()) as base, chromium_page() as page:
         await page.goto(base + "/")

@@ -27,7 +27,7 @@ from edge_app.bench.testvideo import LabelledVideo, write_jpegs
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "test-rtsp"
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.live]
 
 
 def _gst_rtsp_available() -> bool:

@@ -20,6 +20,7 @@ async def base_url() -> AsyncIterator[str]:
         yield url
 
 
+@pytest.mark.live
 async def test_page_health_and_status(base_url: str) -> None:
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{base_url}/") as r:

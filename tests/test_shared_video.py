@@ -13,7 +13,7 @@ import pytest
 
 from edge_app.bench.viewers import Viewer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 async def _camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from test_live_session import VideoFileTrack, collect, connect
 from edge_app.bench.rtsp_camera import free_port
 from edge_app.bench.testvideo import LabelledVideo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -18,7 +18,7 @@ from test_live_session import VideoFileTrack, connect
 from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 async def _sessions(http: aiohttp.ClientSession, base: str) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from edge_app.teach.jobs import missing_train_extra
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "test-teach"
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.live]
 
 
 async def _status(base: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from edge_app.teach.frames import DatasetError
 from edge_app.teach.jobs import missing_train_extra
 from edge_app.teach.store import DatasetStore
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 
 def test_split_deals_contiguous_time_blocks_never_frame_by_frame(tmp_path: Path) -> None:

@@ -126,6 +126,8 @@ def test_a_floor_keeps_a_perfect_calibration_from_stopping_at_exit_1() -> None:
     assert run_on_trace(_index(3), probs, 1) == (1, 0), "a deadline that allows one exit still gets an answer"
 
 
+@pytest.mark.live
+@pytest.mark.slow
 async def test_a_cameras_region_is_what_capture_keeps_and_training_learns(
         app_config: Callable[..., Any], serve: Any, camera_frames: Path, tmp_path: Path) -> None:
     """A real RTSP camera with a region: the API reads and moves it, captures keep the region's square (not the

@@ -26,7 +26,7 @@ from edge_app.bench.scene import render
 from edge_app.teach.jobs import missing_train_extra
 from edge_app.teach.store import DatasetStore
 
-pytestmark = [pytest.mark.slow, pytest.mark.train]
+pytestmark = [pytest.mark.slow, pytest.mark.train, pytest.mark.live]
 
 
 def night(rgb: np.ndarray, rng: np.random.Generator) -> np.ndarray:

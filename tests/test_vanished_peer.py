@@ -15,7 +15,7 @@ import pytest
 
 from edge_app.config import AppConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 CLIENT = """
 import asyncio, json, sys, urllib.request

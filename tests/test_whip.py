@@ -27,7 +27,7 @@ from support.npm import npm_package
 
 from edge_app.config import AppConfig
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 WEBRTCBIN_PEER = REPO / "tests" / "support" / "webrtcbin_peer.py"
