@@ -107,17 +107,6 @@ async def check_internals_at_start() -> None:
         await pc.close()
 
 
-def send_ready_payloads(sender: Any, packer: Any) -> None:
-    """Give ``sender`` a ``packer`` in place of the encoder it would make: the payloads it is handed are ready
-    (``streams.shared_video``: one encode for many viewers)."""
-    setattr(sender, SENDER_ENCODER, packer)
-
-
-def split_annex_b(data: bytes) -> list[bytes]:
-    """The NAL units of an H.264 Annex B bitstream (start codes removed), as aiortc's packetiser cuts them."""
-    return list(h264.H264Encoder._split_bitstream(data))
-
-
 def restrict_host_addresses(addresses: Sequence[str] | None) -> None:
     """Every new ICE connection of this process offers exactly ``addresses`` as host candidates (None: aioice's
     default, every interface's but loopback). aioice has no per-connection setting for it, so it is its module

@@ -2,8 +2,8 @@
 
 Where a camera sends H.264 that browsers take over WebRTC (Constrained Baseline, Baseline, Main or High
 profile, 4:2:0, no B-frames: WebRTC receivers decode frames in the order they arrive), its compressed packets,
-as the RTSP reader demuxes them, are cut into RTP payloads once (aiortc's own H.264 packetiser,
-``H264Encoder.pack``) and handed to every viewer's track. Nothing is rendered or encoded for those viewers; the
+as the RTSP reader demuxes them, are handed to every viewer's track as ``av.Packet``s, which each viewer's sender
+packetises (aiortc's public path for pre-encoded media). Nothing is rendered or encoded for those viewers; the
 camera is still decoded once, for the analysis.
 
 What a transcode would do and this cannot:
@@ -25,18 +25,18 @@ from collections.abc import Callable
 from typing import Any
 
 import av
-from aiortc.codecs.h264 import H264Encoder
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
-from streams.aiortc_adapter import split_annex_b
 from streams.codecinfo import CodecInfo, passthrough_problem
-from streams.shared_video import VIDEO_TIME_BASE, EncodedChunk, VideoFanout
+from streams.pacer import VIDEO_TIME_BASE
+from streams.shared_video import EncodedChunk, VideoFanout
 
 NAL_SPS, NAL_PPS, NAL_IDR = 7, 8, 5
 
 
 def nal_types(annex_b: bytes) -> set[int]:
-    return {nal[0] & 0x1F for nal in split_annex_b(annex_b) if nal}
+    """The NAL unit types in an Annex B bitstream (a start code never occurs inside a unit: emulation prevention)."""
+    return {nal[0] & 0x1F for nal in annex_b.split(b"\x00\x00\x01")[1:] if nal}
 
 
 class CameraPassthrough(VideoFanout):
@@ -45,7 +45,6 @@ class CameraPassthrough(VideoFanout):
     def __init__(self, name: str, codec: RTCRtpCodecParameters, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(name, codec)
         self._loop = loop
-        self._packer = H264Encoder()  # only its packetiser is used
         self.forwarded = 0  # frames forwarded (once each, whatever the number of viewers)
         self._offset = 0  # added to the camera's pts so that RTP time never goes back (a reconnect restarts it)
         self._last_out: int | None = None
@@ -54,7 +53,7 @@ class CameraPassthrough(VideoFanout):
         self._unfit: str | None = None
 
     def on_packet(self, packet: av.Packet[Any], codec: CodecInfo, arrived_s: float) -> None:
-        """In the reader thread: packetise once, then offer to the viewers on the event loop."""
+        """In the reader thread: parameter sets in front of a keyframe, RTP time, then offered on the event loop."""
         if self._unfit is not None:
             return
         if codec.b_frames or codec.name != "h264":
@@ -75,10 +74,7 @@ class CameraPassthrough(VideoFanout):
         self._last_out = out
         framed = av.Packet(data)
         framed.pts, framed.time_base = out, VIDEO_TIME_BASE
-        payloads, timestamp = self._packer.pack(framed)
-        if payloads:
-            self._loop.call_soon_threadsafe(self._forward, EncodedChunk(payloads, timestamp, keyframe), len(data),
-                                            arrived_s)
+        self._loop.call_soon_threadsafe(self._forward, EncodedChunk(framed, keyframe), len(data), arrived_s)
 
     def _forward(self, chunk: EncodedChunk, size: int, arrived_s: float) -> None:
         self.forwarded += 1

@@ -1,12 +1,11 @@
 """One encoder for every viewer of a source: a camera's annotated video is encoded once, whoever watches.
 
-``SharedEncoder`` encodes each annotated frame once with aiortc's own encoder for the codec the viewers
-negotiated (VP8 or H.264), already cut into RTP payloads, and hands the same payloads to each viewer's
-``SharedVideoTrack``. Each viewer's ``RTCRtpSender`` is given a ``PayloadPacker`` in place of its own encoder
-(aiortc sends pre-encoded data through its encoder's ``pack``), so adding a viewer costs packetisation, not an
-encode. A keyframe request from any viewer (PLI/FIR, or a new viewer joining) reaches the shared encoder. The
-encoder's bitrate and frame rate follow the slowest viewer (one encode cannot suit two paths; each viewer's rate
-controller still measures its own path).
+``SharedEncoder`` encodes each annotated frame once (``streams.encoders.PacketEncoder``, for the codec the viewers
+negotiated: VP8 or H.264) and hands the same ``av.Packet`` to each viewer's ``SharedVideoTrack``; aiortc's public
+path for pre-encoded media then has each viewer's sender only packetise it, so adding a viewer costs
+packetisation, not an encode. A keyframe request from any viewer (PLI/FIR, or a new viewer joining) reaches the
+shared encoder. The encoder's bitrate and frame rate follow the slowest viewer (one encode cannot suit two paths;
+each viewer's rate controller still measures its own path and sets its track's ``target_bps``).
 
 A viewer whose sender falls behind never gets a stream with holes: past ``MAX_QUEUED`` chunks its queue is
 emptied and a keyframe is asked for, so it starts again cleanly. A viewer starts, and starts again, on a keyframe.
@@ -18,60 +17,30 @@ emptied and a keyframe is asked for, so it starts again cleanly. A viewer starts
 from __future__ import annotations
 
 import asyncio
-import fractions
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import av
-from aiortc.codecs import get_encoder
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
-from streams.aiortc_adapter import send_ready_payloads
+from streams.encoders import PacketEncoder
+from streams.pacer import VideoPacer
 
 log = logging.getLogger(__name__)
 
-VIDEO_CLOCK_RATE = 90_000
-VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
 MAX_QUEUED = 8
 
 
 @dataclass(frozen=True)
 class EncodedChunk:
-    """One encoded frame, cut into RTP payloads, with its RTP timestamp."""
+    """One encoded frame as a packet (its pts on the 90 kHz clock), and whether a decoder can start on it."""
 
-    payloads: list[bytes]
-    timestamp: int
+    packet: av.Packet[Any]
     keyframe: bool = False
-
-
-class PayloadPacker:
-    """Stands in for a viewer's encoder: the payloads are ready. ``target_bitrate`` is what aiortc sets from the
-    viewer's REMB; the shared encoder reads every viewer's."""
-
-    def __init__(self, on_target: Callable[[], None]) -> None:
-        self._target: int | None = None
-        self._on_target = on_target
-
-    @property
-    def target_bitrate(self) -> int | None:
-        return self._target
-
-    @target_bitrate.setter
-    def target_bitrate(self, bps: int) -> None:
-        self._target = int(bps)
-        self._on_target()
-
-    def retarget_to(self, on_target: Callable[[], None]) -> None:
-        self._on_target = on_target
-        on_target()
-
-    def pack(self, chunk: EncodedChunk) -> tuple[list[bytes], int]:
-        return chunk.payloads, chunk.timestamp
 
 
 class SharedVideoTrack(MediaStreamTrack):
@@ -87,7 +56,7 @@ class SharedVideoTrack(MediaStreamTrack):
         self.dropped = 0
         self.max_fps = 30.0  # set by this viewer's rate controller; the encoder takes the lowest
         self.scale_down = 1.0
-        self.packer: PayloadPacker | None = None
+        self.target_bps: int | None = None  # set by this viewer's rate controller; the encoder takes the lowest
 
     def offer_chunk(self, chunk: EncodedChunk) -> None:
         if len(self._queue) >= MAX_QUEUED:  # behind: start again from a keyframe rather than send a broken stream
@@ -102,14 +71,19 @@ class SharedVideoTrack(MediaStreamTrack):
         self._queue.append(chunk)
         self._ready.set()
 
-    async def recv(self) -> EncodedChunk:  # type: ignore[override]
+    async def recv(self) -> av.Packet[Any]:
         while not self._queue:
             if self.readyState != "live":
                 raise MediaStreamError
             self._ready.clear()
             await self._ready.wait()
         self.sent += 1
-        return self._queue.popleft()
+        return self._queue.popleft().packet
+
+    def set_target(self, bps: int) -> None:
+        """This viewer's path takes ``bps``: its source encodes for the slowest of its viewers."""
+        self.target_bps = int(bps)
+        self.encoder.retarget()
 
     def switch(self, source: VideoFanout) -> None:
         """Take chunks from ``source`` from now on (its sender, already waiting on this track, carries on), starting
@@ -118,10 +92,9 @@ class SharedVideoTrack(MediaStreamTrack):
         old, self.encoder = self.encoder, source
         self._queue.clear()
         self._need_keyframe = True
-        if self.packer is not None:
-            self.packer.retarget_to(source.retarget)
         old.remove(self)
         source.join(self)
+        source.retarget()
 
     def stop(self) -> None:
         self.encoder.remove(self)
@@ -141,13 +114,8 @@ class VideoFanout:
         self.picture: tuple[int, int] | None = None  # the frames' full size, once one came
         self.on_empty: Callable[[], None] | None = None  # the last viewer left
 
-    def add(self, track: SharedVideoTrack, sender: Any) -> None:
-        """``track`` is sent by ``sender``: give the sender a packer, and start the viewer on a keyframe."""
-        track.packer = PayloadPacker(self.retarget)
-        send_ready_payloads(sender, track.packer)
-        self.join(track)
-
     def join(self, track: SharedVideoTrack) -> None:
+        """``track`` watches from now on, starting on a keyframe."""
         self.viewers.add(track)
         self.request_keyframe()
 
@@ -160,7 +128,7 @@ class VideoFanout:
         self.keyframes_requested += 1
 
     def retarget(self) -> None:
-        targets = [t.packer.target_bitrate for t in self.viewers if t.packer and t.packer.target_bitrate]
+        targets = [t.target_bps for t in self.viewers if t.target_bps]
         self.target_bps = min(targets) if targets else None
 
     @property
@@ -177,13 +145,11 @@ class SharedEncoder(VideoFanout):
 
     def __init__(self, name: str, codec: RTCRtpCodecParameters, executor: Any = None) -> None:
         super().__init__(name, codec)
-        self._encoder: Any = None
+        self._encoder = PacketEncoder(codec.mimeType)
         self._executor = executor
         self.encoded = 0  # frames encoded (once each, whatever the number of viewers)
         self._force_keyframe = True
-        self._t0: float | None = None
-        self._last_s = 0.0
-        self._tokens = 2.0
+        self._pacer = VideoPacer()
         self._busy = False
         self._pending: av.VideoFrame | None = None
 
@@ -193,20 +159,15 @@ class SharedEncoder(VideoFanout):
 
     def retarget(self) -> None:
         super().retarget()
-        if self._encoder is not None and self.target_bps is not None and hasattr(self._encoder, "target_bitrate"):
+        if self.target_bps is not None:
             self._encoder.target_bitrate = self.target_bps
 
     async def encode(self, frame: av.VideoFrame) -> None:
         """Encode ``frame`` once (off the event loop) and queue its payloads for every viewer. A frame that comes
         while the last is still being encoded waits (the newest one only) and goes next; frames over the slowest
-        viewer's frame rate are skipped, by a token bucket of two frames (frames that come bunched, as the
-        analysis takes longer for some, still all go out at the camera's rate)."""
-        now = time.monotonic()
-        self._tokens = min(2.0, self._tokens + (now - self._last_s) * self.max_fps)
-        self._last_s = now
-        if not self.viewers or self._tokens < 1.0:
+        viewer's frame rate are skipped (``VideoPacer.admit``)."""
+        if not self.viewers or not self._pacer.admit(self.max_fps):
             return
-        self._tokens -= 1.0
         if self._busy:
             self._pending = frame  # the newest waits for the encoder; an older one waiting is replaced
             return
@@ -220,23 +181,12 @@ class SharedEncoder(VideoFanout):
             self._busy = False
 
     async def _encode_one(self, frame: av.VideoFrame) -> None:
-        now = time.monotonic()
         self.picture = (frame.width, frame.height)
-        if self._encoder is None:
-            self._encoder = get_encoder(self.codec)
-            self.retarget()
-        if self._t0 is None:
-            self._t0 = now
-        scale = min((t.scale_down for t in self.viewers), default=1.0)
-        if scale > 1.0:
-            frame = frame.reformat(width=int(frame.width / scale) & ~1, height=int(frame.height / scale) & ~1)
-        frame.pts = int((now - self._t0) * VIDEO_CLOCK_RATE)
-        frame.time_base = VIDEO_TIME_BASE
+        frame = self._pacer.stamp(frame, min((t.scale_down for t in self.viewers), default=1.0))
         keyframe, self._force_keyframe = self._force_keyframe, False
-        payloads, timestamp = await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._encoder.encode, frame, keyframe)
-        if not payloads:
+        out = await asyncio.get_running_loop().run_in_executor(self._executor, self._encoder.encode, frame, keyframe)
+        if out is None:
             self._force_keyframe = self._force_keyframe or keyframe  # the keyframe asked for is still owed
             return
         self.encoded += 1
-        self._offer(EncodedChunk(payloads, timestamp, keyframe))
+        self._offer(EncodedChunk(*out))

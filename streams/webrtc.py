@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import fractions
 import logging
 import time
 from collections.abc import Callable
@@ -24,12 +23,11 @@ from aiortc import MediaStreamTrack
 from aiortc.mediastreams import MediaStreamError
 
 from streams.frames import LatestSlot, SlotClosed, SourceFrame
+from streams.pacer import VideoPacer
 from streams.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-VIDEO_CLOCK_RATE = 90_000
-VIDEO_TIME_BASE = fractions.Fraction(1, VIDEO_CLOCK_RATE)
 
 
 class TrackReader:
@@ -75,9 +73,7 @@ class OutboundVideoTrack(MediaStreamTrack):
         super().__init__()
         self._slot: LatestSlot[av.VideoFrame] = LatestSlot()
         self._slot.on_drop = on_drop
-        self._t0: float | None = None
-        self._last_sent_s = 0.0
-        self._tokens = 2.0
+        self._pacer = VideoPacer()
         self.max_fps = 30.0  # a narrow path gets fewer frames, not a queue (set by the rate controller)
         self.scale_down = 1.0  # ... and smaller ones
         self.sent = 0
@@ -87,16 +83,10 @@ class OutboundVideoTrack(MediaStreamTrack):
         return self._slot.dropped
 
     def offer(self, frame: av.VideoFrame) -> None:
-        """Queue ``frame`` unless it is over ``max_fps``: a token bucket of two frames, so frames that come
-        bunched (the analysis takes longer for some) all go out at the camera's rate, while a narrow path's lower
-        rate still holds on average."""
-        now = time.monotonic()
-        self._tokens = min(2.0, self._tokens + (now - self._last_sent_s) * self.max_fps)
-        self._last_sent_s = now
-        if self._tokens < 1.0:
+        """Queue ``frame`` unless it is over ``max_fps`` (``VideoPacer.admit``)."""
+        if not self._pacer.admit(self.max_fps):
             self._slot.drop()  # over the frame rate the path allows: dropped here, counted
             return
-        self._tokens -= 1.0
         self._slot.put(frame)
 
     async def recv(self) -> av.VideoFrame:
@@ -105,16 +95,8 @@ class OutboundVideoTrack(MediaStreamTrack):
         except SlotClosed:
             self.stop()
             raise MediaStreamError from None
-        if self.scale_down > 1.0:
-            frame = frame.reformat(width=int(frame.width / self.scale_down) & ~1,
-                                   height=int(frame.height / self.scale_down) & ~1)
-        now = time.monotonic()
-        if self._t0 is None:
-            self._t0 = now
-        frame.pts = int((now - self._t0) * VIDEO_CLOCK_RATE)
-        frame.time_base = VIDEO_TIME_BASE
         self.sent += 1
-        return frame
+        return self._pacer.stamp(frame, self.scale_down)
 
     def stop(self) -> None:
         self._slot.close()

@@ -38,7 +38,7 @@ class OutboundVideo:
             self.track = OutboundVideoTrack(on_dropped)
         else:
             self.track = SharedVideoTrack(shared)
-            shared.add(self.track, self.sender)
+            shared.join(self.track)
             self.rate.set_picture(*(shared.picture or (640, 480)))
         self.sender.replaceTrack(self.track)
         # the viewer's path cannot carry the camera's own bitrate: the hub moves it to an encoder that adapts
@@ -112,7 +112,10 @@ class OutboundVideo:
             self.on_congested()  # the camera's bitrate does not fit this path
 
     def apply_rate(self) -> None:
-        set_sender_target_bitrate(self.sender, self.rate.rate.target_bps)
+        if isinstance(self.track, SharedVideoTrack):  # its source encodes once for all: it takes the slowest
+            self.track.set_target(self.rate.rate.target_bps)
+        else:
+            set_sender_target_bitrate(self.sender, self.rate.rate.target_bps)
 
     async def poll(self, now: float) -> None:
         """Each network poll: what the sender sent (bytes, frames) since the last."""
