@@ -9,6 +9,7 @@ aiortc's own encoders set up theirs (VP8: libvpx in real time, CBR; H.264: libx2
 from __future__ import annotations
 
 import fractions
+import multiprocessing
 from typing import Any
 
 import av
@@ -26,7 +27,7 @@ def _vp8(width: int, height: int, bps: int) -> Any:
     codec.options = {"bufsize": str(bps), "cpu-used": "-6", "deadline": "realtime", "lag-in-frames": "0",
                      "minrate": str(bps), "maxrate": str(bps), "noise-sensitivity": "4", "overshoot-pct": "15",
                      "partitions": "0", "static-thresh": "1", "undershoot-pct": "100"}
-    codec.thread_count = 2 if width * height >= 640 * 480 else 1
+    codec.thread_count = vpx.number_of_threads(width * height, multiprocessing.cpu_count())
     return codec
 
 
