@@ -77,8 +77,9 @@ def auth_middleware(token: str) -> Middleware:
     return check
 
 
-CORS_METHODS = "GET, POST, OPTIONS"
+CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"  # WHIP/WHEP players end their session with DELETE
 CORS_HEADERS = "Authorization, Content-Type"
+CORS_EXPOSED = "Location, ETag"  # a WHIP/WHEP player from another origin reads its session's URL
 
 
 def cors_middleware(origins: list[str]) -> Middleware:
@@ -103,6 +104,7 @@ def cors_middleware(origins: list[str]) -> Middleware:
         response = await handler(request)  # json_errors, inside this one, has made aiohttp's 4xx responses
         if allows(origin):
             response.headers["Access-Control-Allow-Origin"] = origin
+            response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSED
             response.headers["Vary"] = "Origin"
         return response
 

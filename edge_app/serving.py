@@ -18,6 +18,7 @@ from aiohttp import web
 
 from edge_app.config import AppConfig
 from edge_app.errors import EdgeAppError
+from streams.aiortc_adapter import AiortcInternalsError
 from streams.redact import RedactingFilter
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def serve(cfg: AppConfig, host_arg: str | None, port_arg: int | None,
              "token required" if token else "no token")
     try:
         asyncio.run(serve_until_signalled(app, host, port, tls, cfg.server.shutdown_timeout_s))
-    except ListenError as exc:
+    except (ListenError, AiortcInternalsError) as exc:  # one line, what to do; no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import aiortc
 import pytest
 
+from streams import aiortc_adapter
 from streams.aiortc_adapter import (
     AiortcInternalsError,
     check_internals,
@@ -21,7 +22,7 @@ async def test_internals_are_where_the_adapter_reads_them() -> None:
     try:
         transceiver = pc.addTransceiver("video", direction="sendrecv")
         check_internals(transceiver.sender, transceiver.receiver)
-        assert hasattr(transceiver, "_offerDirection"), "peer_receives reads aiortc's _offerDirection"
+        assert hasattr(transceiver, "_codecs"), "prefer_codec and negotiated_codec read aiortc's _codecs"
         # fresh objects: nothing measured yet
         assert sender_rtt_ms(transceiver.sender) is None
         assert sender_target_bitrate_bps(transceiver.sender) is None
@@ -39,6 +40,16 @@ def test_missing_internals_are_named() -> None:
 
     with pytest.raises(AiortcInternalsError, match=r"RTCRtpSender._RTCRtpSender__rtt.*RTCRtpReceiver"):
         check_internals(Sender(), Receiver())
+
+
+@pytest.mark.live
+async def test_the_start_fails_in_one_line_naming_the_version_and_what_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    await aiortc_adapter.check_internals_at_start()  # this aiortc: nothing moved
+    monkeypatch.setattr(aiortc_adapter, "SENDER_RTT", "_RTCRtpSender__round_trip")
+    with pytest.raises(AiortcInternalsError) as err:
+        await aiortc_adapter.check_internals_at_start()
+    assert str(err.value) == ("aiortc 1.16.0 moved what edge-app reads (RTCRtpSender._RTCRtpSender__round_trip): "
+                              "install the aiortc that pyproject.toml pins (1.16.0)")
 
 
 def test_values_are_converted() -> None:

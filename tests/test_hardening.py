@@ -172,6 +172,7 @@ async def test_cors_preflight_for_configured_origins_only(app_config: Callable[.
             other_get = r.headers.get("Access-Control-Allow-Origin")
     assert ok[0] == 204 and ok[1]["Access-Control-Allow-Origin"] == "http://page.example", ok
     assert "Authorization" in ok[1]["Access-Control-Allow-Headers"]
+    assert "DELETE" in ok[1]["Access-Control-Allow-Methods"], "a WHIP/WHEP player on another origin ends its session"
     assert refused == 403
     assert allowed_get == (200, "http://page.example") and other_get is None
 
