@@ -163,6 +163,20 @@ class DemoConfig(_Section):
     hold_frames: int = Field(15, ge=1, le=1000, description="frames each labelled image is shown for")
 
 
+class EventsConfig(_Section):
+    enabled: bool = Field(True, description="keep events from the cameras' states (GET /api/events)")
+    path: Path = Field(Path("data/events"), description="folder of events.db and snapshots/, relative to the "
+                       "config file")
+    labels: list[str] = Field(default_factory=list, description='labels that are events on every camera ("*": '
+                              "all); a camera's own events = [...] adds to them; the other labels are states only")
+    min_s: float = Field(2.0, gt=0, le=600, description="a label must hold this long to become a state")
+    min_confidence: float = Field(0.6, ge=0, le=1, description="... each answer at least this sure")
+    snapshots: bool = Field(True, description="keep a JPEG of each event's best frame")
+    retention_days: float = Field(30.0, gt=0, le=3650, description="events that ended longer ago are deleted")
+    max_bytes: int = Field(2_000_000_000, ge=10_000_000, description="the oldest events go beyond this much")
+    min_free_bytes: int = Field(200_000_000, ge=0, description="under this much free disk, snapshots pause")
+
+
 class AppConfig(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -172,6 +186,7 @@ class AppConfig(_Section):
     cameras: list[CameraConfig] = Field(default_factory=list)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
+    events: EventsConfig = Field(default_factory=EventsConfig)
     base_dir: Path = Field(Path("."), exclude=True, description="folder of the config file (set by load_config)")
 
     @model_validator(mode="after")

@@ -31,6 +31,8 @@ def check_region(v: object) -> tuple[float, float, float, float]:
 class _Camera(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="what browsers ask for")
     probe: bool = Field(False, description="read the frame counter a test source stamps into each frame")
+    events: list[str] = Field(default_factory=list, description="labels that are events on this camera (the "
+                              "gate's open, a parcel on the step); its other labels are states only")
     region: tuple[float, float, float, float] | None = Field(
         None, description="[x, y, w, h] in fractions of the frame: the part the classifier sees (the smallest "
         "square holding it) instead of the centre square; unset: the centre square")

@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from edge_app import events
 from edge_app.access import OfferRateLimiter, auth_middleware, cors_middleware, effective_token
 from edge_app.appkeys import CONFIG_KEY, HUB_KEY, LIMITER_KEY, METRICS_KEY, STARTED_KEY
 from edge_app.config import AppConfig
@@ -108,6 +109,7 @@ async def status(request: web.Request) -> web.Response:
         "ice_servers": [{"urls": s.urls} for s in cfg.server.ice_servers],  # credentials stay on the server
         **app[HUB_KEY].status(),
         **app[TEACH_KEY].status(),
+        "events": events.status(app),
     })
 
 
@@ -175,4 +177,5 @@ def create_app(config: AppConfig, service: InferenceService, token: str | None =
     add_signalling_routes(app)
     app.router.add_static("/static/", STATIC_DIR)
     add_teach_routes(app, app[HUB_KEY], config)
+    events.attach(app, config, app[HUB_KEY])
     return app

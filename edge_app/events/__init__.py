@@ -1,0 +1,65 @@
+"""What happened, kept: events from each camera's states (``detector``), in SQLite (``store``), found through the
+pipeline registry (``output``), served at ``/api/events`` (``api``). ``attach`` wires them into the app."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+
+from edge_app.config import AppConfig
+from edge_app.events.api import add_routes
+from edge_app.events.detector import StateTracker
+from edge_app.events.output import EventsOutput
+from edge_app.events.store import EventStore
+from edge_app.hub import Hub
+
+OUTPUT_KEY = web.AppKey("events_output", EventsOutput)
+RETENTION_EVERY_S = 600.0
+
+
+def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
+    """``[events] enabled``: the store opens after the hub has started (its cameras registered), follows every
+    camera, enforces retention every 10 minutes, and ends what is going on at shutdown."""
+    ev = config.events
+    if not ev.enabled:
+        return
+    store = EventStore(config.resolve(ev.path), ev.retention_days, ev.max_bytes, ev.min_free_bytes)
+    add_routes(app, store)
+    labels = {c.name: set(c.events) for c in config.cameras}
+
+    def tracker(camera: str) -> StateTracker:
+        wanted = set(ev.labels) | labels.get(camera, set())
+        names = set(hub.service.class_names) if "*" in wanted else wanted
+        return StateTracker(camera, frozenset(names), ev.min_s, ev.min_confidence)
+
+    async def run(app: web.Application) -> AsyncIterator[None]:
+        await asyncio.get_running_loop().run_in_executor(None, store.open)
+        app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker, lambda: hub.service.backend.manifest.name,
+                                       ev.snapshots)
+        retention = asyncio.create_task(_retention(store), name="event-retention")
+        yield
+        retention.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await retention
+        app[OUTPUT_KEY].close(time.time())
+        await asyncio.get_running_loop().run_in_executor(None, store.close)
+
+    app.cleanup_ctx.append(run)
+
+
+async def _retention(store: EventStore) -> None:
+    while True:
+        store.enforce_retention()
+        await asyncio.sleep(RETENTION_EVERY_S)
+
+
+def status(app: web.Application) -> dict[str, Any] | None:
+    output = app.get(OUTPUT_KEY)
+    if output is None:
+        return None
+    return {**output.store.status(), "cameras": output.states(), "changes": dict(output.counts)}
