@@ -177,6 +177,23 @@ class EventsConfig(_Section):
     min_free_bytes: int = Field(200_000_000, ge=0, description="under this much free disk, snapshots pause")
 
 
+class WebhookConfig(_Section):
+    url: str = Field(description="http(s) URL the event JSON is POSTed to (only configured URLs are called)")
+    events: list[Literal["new", "update", "end"]] = Field(["new", "end"], min_length=1,
+                                                         description="which event changes it gets")
+    secret: str | None = Field(None, min_length=16, max_length=512, description="HMAC-SHA256 key: each body is "
+                               "signed in the X-Edge-Signature-256 header (sha256=HEX); never shown")
+    timeout_s: float = Field(5.0, gt=0, le=60, description="one delivery's time limit")
+    retries: int = Field(3, ge=0, le=10, description="tries after the first, 0.5 s, 1 s, 2 s ... apart")
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
 class AppConfig(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -187,6 +204,7 @@ class AppConfig(_Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     demo: DemoConfig = Field(default_factory=DemoConfig)
     events: EventsConfig = Field(default_factory=EventsConfig)
+    webhooks: list[WebhookConfig] = Field(default_factory=list)
     base_dir: Path = Field(Path("."), exclude=True, description="folder of the config file (set by load_config)")
 
     @model_validator(mode="after")

@@ -150,6 +150,9 @@ def register_secrets(cfg: AppConfig, token: str | None) -> None:
     for cam in cfg.cameras:
         if isinstance(cam, RtspCameraConfig):
             add_url_secrets(cam.url)
+    for hook in cfg.webhooks:
+        add_secret(hook.secret)
+        add_url_secrets(hook.url)
 
 
 def create_app(config: AppConfig, service: InferenceService, token: str | None = None) -> web.Application:

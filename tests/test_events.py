@@ -165,3 +165,63 @@ async def test_the_demo_camera_makes_events_that_the_api_returns_and_a_restart_k
         await asyncio.sleep(6.0)
         async with http.get(base + "/api/events") as r:
             assert (await r.json())["events"] == [], "images held 1 s each never hold 1.5 s"
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_webhooks_are_signed_retried_and_counted_and_never_stall_the_pipeline(
+        app_config: Callable[..., AppConfig], tmp_path: Path) -> None:
+    import hashlib
+    import hmac
+    import json
+    import socket
+
+    from aiohttp import web
+
+    secret = "webhook-secret-0123456789"
+    got: list[tuple[str, bool, dict[str, Any]]] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        body = await request.read()
+        good = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        got.append((request.headers["X-Edge-Event"], hmac.compare_digest(good, request.headers.get(
+            "X-Edge-Signature-256", "")), json.loads(body)))
+        return web.Response(status=204)
+
+    receiver = web.Application()
+    receiver.router.add_post("/hook", receive)
+    runner = web.AppRunner(receiver)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    with socket.socket() as s:  # a port nobody listens on: the receiver that is down
+        s.bind(("127.0.0.1", 0))
+        down = s.getsockname()[1]
+    cfg = app_config(demo={"enabled": True, "fps": 15.0, "hold_frames": 45},
+                     events={"path": str(tmp_path / "events"), "min_s": 1.5, "min_confidence": 0.3, "labels": ["*"]},
+                     )
+    text = (cfg.base_dir / "config.toml").read_text() + (
+        f'[[webhooks]]\nurl = "http://127.0.0.1:{port}/hook"\nevents = ["new", "update", "end"]\n'
+        f'secret = "{secret}"\n[[webhooks]]\nurl = "http://127.0.0.1:{down}/hook"\nretries = 1\ntimeout_s = 0.5\n')
+    (cfg.base_dir / "config.toml").write_text(text)
+    from edge_app.config import load_config
+
+    cfg = load_config(cfg.base_dir / "config.toml")
+    try:
+        async with running_app(cfg) as base, aiohttp.ClientSession() as http:
+            await asyncio.sleep(9.0)
+            async with http.get(base + "/status") as r:
+                status = await r.json()
+    finally:
+        await runner.cleanup()
+    hooks = status["events"]["webhooks"]
+    demo = next(c for c in status["cameras"] if c["name"] == "demo")
+    print(f"webhooks: {len(got)} delivered {[k for k, _, _ in got]}; status {hooks}; demo analysed "
+          f"{demo['frames_analysed']}")
+    assert got and all(ok for _, ok, _ in got), "every delivery carries a good signature"
+    assert {"new", "end"} <= {k for k, _, _ in got} and got[0][2]["after"]["source"] == "demo"
+    assert hooks[0]["sent"] == len(got) and hooks[0]["failed"] == 0
+    assert hooks[1]["failed"] >= 1 and hooks[1]["retries"] >= 1 and hooks[1]["sent"] == 0, hooks[1]
+    assert demo["frames_analysed"] >= 15 * 7, "the pipeline never waited on the receiver that was down"
+    assert secret not in json.dumps(status)

@@ -16,9 +16,11 @@ from edge_app.events.api import add_routes
 from edge_app.events.detector import StateTracker
 from edge_app.events.output import EventsOutput
 from edge_app.events.store import EventStore
+from edge_app.events.webhooks import Webhooks
 from edge_app.hub import Hub
 
 OUTPUT_KEY = web.AppKey("events_output", EventsOutput)
+HOOKS_KEY = web.AppKey("webhooks", Webhooks)
 RETENTION_EVERY_S = 600.0
 
 
@@ -39,13 +41,17 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
 
     async def run(app: web.Application) -> AsyncIterator[None]:
         await asyncio.get_running_loop().run_in_executor(None, store.open)
-        app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker, lambda: hub.service.backend.manifest.name,
-                                       ev.snapshots)
-        retention = asyncio.create_task(_retention(store), name="event-retention")
+        output = app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker,
+                                                lambda: hub.service.backend.manifest.name, ev.snapshots)
+        hooks = app[HOOKS_KEY] = Webhooks(config.webhooks)
+        output.listeners.append(hooks)
+        tasks = [asyncio.create_task(_retention(store), name="event-retention"),
+                 asyncio.create_task(hooks.run(), name="webhooks")]
         yield
-        retention.cancel()
+        for task in tasks:
+            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await retention
+            await asyncio.gather(*tasks, return_exceptions=True)
         app[OUTPUT_KEY].close(time.time())
         await asyncio.get_running_loop().run_in_executor(None, store.close)
 
@@ -62,4 +68,5 @@ def status(app: web.Application) -> dict[str, Any] | None:
     output = app.get(OUTPUT_KEY)
     if output is None:
         return None
-    return {**output.store.status(), "cameras": output.states(), "changes": dict(output.counts)}
+    return {**output.store.status(), "cameras": output.states(), "changes": dict(output.counts),
+            "webhooks": app[HOOKS_KEY].status()}
