@@ -36,7 +36,9 @@ class CameraFollower:
         self.out = out
         self.frames: OrderedDict[int, np.ndarray] = OrderedDict()
         self.best_frame: np.ndarray | None = None  # the frame of the holding label's best answer so far
-        entry.pipeline.add_tap(self.tap)
+        self.taps = bool(tracker.event_labels) and out.snapshots  # no event label: no frame is ever kept
+        if self.taps:
+            entry.pipeline.add_tap(self.tap)
         entry.pipeline.subscribe(self.on_answer, video=False)
 
     def tap(self, seq: int, rgb: np.ndarray) -> None:
@@ -75,7 +77,8 @@ class CameraFollower:
         self.out.store.put_snapshot(event_id, jpeg)
 
     def stop(self, now_s: float) -> None:
-        self.entry.pipeline.remove_tap(self.tap)
+        if self.taps:
+            self.entry.pipeline.remove_tap(self.tap)
         self.entry.pipeline.unsubscribe(self.on_answer)
         for change in self.tracker.close(now_s):
             self.out.changed(change)
