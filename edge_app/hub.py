@@ -41,6 +41,7 @@ from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
 from streams.ratecontrol import VideoRateController
 from streams.redact import redact
+from streams.rtc_settings import lower_video_bitrate_floor
 from streams.sdp_check import offer_problem
 from streams.source import CameraSource
 from streams.uplink import UplinkController
@@ -79,7 +80,7 @@ class Hub:
 
     async def start(self) -> None:
         self.service.start()
-        rtc.lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
+        lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
         self.governor = await governor_for(self.config, self.service.backend.folder, self.policy, self.metrics)
         self.engine = Engine(service=self.service, policy=self.policy, metrics=self.metrics, media=self.media,
                              load=self.governor)

@@ -32,8 +32,9 @@ from edge_app.teach.api import add_routes as add_teach_routes
 from edge_app.teach.registry import ModelRegistry
 from edge_app.teach.state import TEACH_KEY
 from models.service import InferenceService
-from streams.aiortc_adapter import check_internals_at_start, machine_host_addresses, restrict_host_addresses
+from streams.aiortc_adapter import check_internals_at_start
 from streams.redact import add_secret, add_url_secrets
+from streams.rtc_settings import machine_host_addresses, restrict_host_addresses
 
 log = logging.getLogger(__name__)
 

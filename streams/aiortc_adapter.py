@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import aioice.ice
 import aiortc
 from aiortc import RTCPeerConnection, sdp
-from aiortc.codecs import h264, vpx
 from aiortc.jitterbuffer import JitterBuffer
 from aiortc.rtp import (
     RTCP_PSFB_APP,
@@ -49,8 +47,6 @@ from aiortc.rtp import (
 )
 
 from streams.errors import StreamsError
-
-_HOST_ADDRESSES = aioice.ice.get_host_addresses
 
 SENDER_RTT = "_RTCRtpSender__rtt"
 SENDER_LSR = "_RTCRtpSender__lsr"  # middle 32 bits of the NTP time of the last SR sent
@@ -105,26 +101,6 @@ async def check_internals_at_start() -> None:
                                        "pyproject.toml pins (1.16.0)")
     finally:
         await pc.close()
-
-
-def restrict_host_addresses(addresses: Sequence[str] | None) -> None:
-    """Every new ICE connection of this process offers exactly ``addresses`` as host candidates (None: aioice's
-    default, every interface's but loopback). aioice has no per-connection setting for it, so it is its module
-    function, replaced here: tests stay on loopback, a box with several interfaces offers only the cameras'."""
-    if addresses is None:
-        aioice.ice.get_host_addresses = _HOST_ADDRESSES
-        return
-    fixed = list(addresses)
-
-    def only(use_ipv4: bool, use_ipv6: bool) -> list[str]:
-        return [a for a in fixed if (":" in a and use_ipv6) or (":" not in a and use_ipv4)]
-
-    aioice.ice.get_host_addresses = only
-
-
-def machine_host_addresses() -> list[str]:
-    """The addresses aioice offers by default (every interface's but loopback)."""
-    return list(_HOST_ADDRESSES(use_ipv4=True, use_ipv6=True))
 
 
 def answer_as_dtls_server(pc: Any) -> int:
@@ -223,13 +199,6 @@ def set_sender_target_bitrate(sender: Any, bitrate_bps: int) -> bool:
         return False
     enc.target_bitrate = bitrate_bps
     return True
-
-
-def lower_video_bitrate_floor(min_bps: int) -> None:
-    """aiortc's encoders never go under 250 kbit/s (VP8) or 500 kbit/s (H.264): too much for a narrow path,
-    where fewer, smaller frames are better than a queue.  Lower their floor (module constants, read per call)."""
-    vpx.MIN_BITRATE = min(vpx.MIN_BITRATE, min_bps)
-    h264.MIN_BITRATE = min(h264.MIN_BITRATE, min_bps)
 
 
 def sender_target_bitrate_bps(sender: Any) -> int | None:

@@ -12,10 +12,10 @@ from aiortc.mediastreams import MediaStreamError
 
 from streams.aiortc_adapter import (
     receiver_bitrate_estimate_bps,
-    restrict_host_addresses,
     sender_rtt_ms,
     sender_target_bitrate_bps,
 )
+from streams.rtc_settings import restrict_host_addresses
 
 
 @pytest.fixture

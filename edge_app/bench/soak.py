@@ -26,7 +26,7 @@ import aiohttp
 from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
 
 from edge_app import protocol
-from streams.aiortc_adapter import restrict_host_addresses
+from streams.rtc_settings import restrict_host_addresses
 
 MAX_THREAD_GROWTH = 8  # the default executor and aioice's resolver may start a few threads on first use
 MAX_FD_GROWTH = 8

@@ -43,7 +43,7 @@ async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> 
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
-        from streams.aiortc_adapter import restrict_host_addresses
+        from streams.rtc_settings import restrict_host_addresses
 
         restrict_host_addresses(None)
 
