@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from edge_app.config_base import Section as _Section
 from edge_app.config_cameras import CameraConfig
+from edge_app.config_outputs import EventsConfig, MqttConfig, WebhookConfig
 from edge_app.errors import EdgeAppError
 
 DEFAULT_CONFIG = Path("config.toml")
@@ -163,37 +164,6 @@ class DemoConfig(_Section):
     hold_frames: int = Field(15, ge=1, le=1000, description="frames each labelled image is shown for")
 
 
-class EventsConfig(_Section):
-    enabled: bool = Field(True, description="keep events from the cameras' states (GET /api/events)")
-    path: Path = Field(Path("data/events"), description="folder of events.db and snapshots/, relative to the "
-                       "config file")
-    labels: list[str] = Field(default_factory=list, description='labels that are events on every camera ("*": '
-                              "all); a camera's own events = [...] adds to them; the other labels are states only")
-    min_s: float = Field(2.0, gt=0, le=600, description="a label must hold this long to become a state")
-    min_confidence: float = Field(0.6, ge=0, le=1, description="... each answer at least this sure")
-    snapshots: bool = Field(True, description="keep a JPEG of each event's best frame")
-    retention_days: float = Field(30.0, gt=0, le=3650, description="events that ended longer ago are deleted")
-    max_bytes: int = Field(2_000_000_000, ge=10_000_000, description="the oldest events go beyond this much")
-    min_free_bytes: int = Field(200_000_000, ge=0, description="under this much free disk, snapshots pause")
-
-
-class WebhookConfig(_Section):
-    url: str = Field(description="http(s) URL the event JSON is POSTed to (only configured URLs are called)")
-    events: list[Literal["new", "update", "end"]] = Field(["new", "end"], min_length=1,
-                                                         description="which event changes it gets")
-    secret: str | None = Field(None, min_length=16, max_length=512, description="HMAC-SHA256 key: each body is "
-                               "signed in the X-Edge-Signature-256 header (sha256=HEX); never shown")
-    timeout_s: float = Field(5.0, gt=0, le=60, description="one delivery's time limit")
-    retries: int = Field(3, ge=0, le=10, description="tries after the first, 0.5 s, 1 s, 2 s ... apart")
-
-    @field_validator("url")
-    @classmethod
-    def _http(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
-
-
 class AppConfig(_Section):
     server: ServerConfig = Field(default_factory=ServerConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -205,6 +175,7 @@ class AppConfig(_Section):
     demo: DemoConfig = Field(default_factory=DemoConfig)
     events: EventsConfig = Field(default_factory=EventsConfig)
     webhooks: list[WebhookConfig] = Field(default_factory=list)
+    mqtt: MqttConfig = Field(default_factory=MqttConfig)
     base_dir: Path = Field(Path("."), exclude=True, description="folder of the config file (set by load_config)")
 
     @model_validator(mode="after")

@@ -151,6 +151,7 @@ def register_secrets(cfg: AppConfig, token: str | None) -> None:
     for cam in cfg.cameras:
         if isinstance(cam, RtspCameraConfig):
             add_url_secrets(cam.url)
+    add_secret(cfg.mqtt.password)
     for hook in cfg.webhooks:
         add_secret(hook.secret)
         add_url_secrets(hook.url)

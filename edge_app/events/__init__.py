@@ -7,13 +7,18 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from importlib import metadata
 from typing import Any
 
 from aiohttp import web
 
+from edge_app.appkeys import METRICS_KEY
 from edge_app.config import AppConfig
+from edge_app.errors import EdgeAppError
 from edge_app.events.api import add_routes
 from edge_app.events.detector import StateTracker
+from edge_app.events.metrics import EventsCollector
+from edge_app.events.mqtt import MqttOutput
 from edge_app.events.output import EventsOutput
 from edge_app.events.store import EventStore
 from edge_app.events.webhooks import Webhooks
@@ -21,6 +26,7 @@ from edge_app.hub import Hub
 
 OUTPUT_KEY = web.AppKey("events_output", EventsOutput)
 HOOKS_KEY = web.AppKey("webhooks", Webhooks)
+MQTT_KEY = web.AppKey("mqtt", MqttOutput)
 RETENTION_EVERY_S = 600.0
 
 
@@ -30,6 +36,7 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
     ev = config.events
     if not ev.enabled:
         return
+    _check_files(config)
     store = EventStore(config.resolve(ev.path), ev.retention_days, ev.max_bytes, ev.min_free_bytes)
     add_routes(app, store)
     labels = {c.name: set(c.events) for c in config.cameras}
@@ -47,7 +54,18 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
         output.listeners.append(hooks)
         tasks = [asyncio.create_task(_retention(store), name="event-retention"),
                  asyncio.create_task(hooks.run(), name="webhooks")]
+        if config.mqtt.enabled:
+            mqtt = app[MQTT_KEY] = MqttOutput(config.mqtt, config.resolve, _version(), lambda: _stats(app))
+            output.listeners.append(mqtt)
+            output.snapshot_listeners.append(mqtt.snapshot)
+            output.camera_listeners.append(mqtt.add_camera)
+            for name, follower in output.followers.items():
+                mqtt.add_camera(name, sorted(follower.tracker.event_labels))
+            tasks.append(asyncio.create_task(mqtt.run(), name="mqtt"))
+        collector = EventsCollector(lambda: status(app))
+        app[METRICS_KEY].registry.register(collector)
         yield
+        app[METRICS_KEY].registry.unregister(collector)
         for task in tasks:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -56,6 +74,29 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
         await asyncio.get_running_loop().run_in_executor(None, store.close)
 
     app.cleanup_ctx.append(run)
+
+
+def _check_files(config: AppConfig) -> None:
+    """A TLS file of ``[mqtt]`` that is not there fails the start, naming it (not the first connect, later)."""
+    if not config.mqtt.enabled:
+        return
+    for key in ("tls_ca", "tls_cert", "tls_key"):
+        value = getattr(config.mqtt, key)
+        if value is not None and not config.resolve(value).is_file():
+            raise EdgeAppError(f"[mqtt] {key}: {config.resolve(value)}: no such file (a PEM file, relative to the "
+                               "config file's folder)")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("edge-app")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def _stats(app: web.Application) -> dict[str, Any]:
+    output = app[OUTPUT_KEY]
+    return {"cameras": output.states(), "changes": dict(output.counts), "store": output.store.status()}
 
 
 async def _retention(store: EventStore) -> None:
@@ -68,5 +109,6 @@ def status(app: web.Application) -> dict[str, Any] | None:
     output = app.get(OUTPUT_KEY)
     if output is None:
         return None
+    mqtt = app.get(MQTT_KEY)
     return {**output.store.status(), "cameras": output.states(), "changes": dict(output.counts),
-            "webhooks": app[HOOKS_KEY].status()}
+            "webhooks": app[HOOKS_KEY].status(), "mqtt": None if mqtt is None else mqtt.status()}

@@ -9,6 +9,7 @@ media thread, and a listener must return at once.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 KEEP_FRAMES = 8  # recent tapped frames per camera, by sequence number: the one an event's best answer came from
 Listener = Callable[[StateChange | EventChange], None]
+SnapshotListener = Callable[[str, str, bytes], None]  # (camera, event id, JPEG)
 
 
 class CameraFollower:
@@ -75,6 +77,11 @@ class CameraFollower:
             log.warning("events: snapshot of %s not encoded: %s", event_id, exc)
             return
         self.out.store.put_snapshot(event_id, jpeg)
+        for listener in list(self.out.snapshot_listeners):
+            try:
+                listener(self.entry.name, event_id, jpeg)
+            except Exception:
+                log.exception("events: a snapshot listener failed on %s", event_id)
 
     def stop(self, now_s: float) -> None:
         if self.taps:
@@ -99,6 +106,8 @@ class EventsOutput:
         self.model_name = model_name
         self.snapshots = snapshots
         self.listeners: list[Listener] = []
+        self.snapshot_listeners: list[SnapshotListener] = []
+        self.camera_listeners: list[Callable[[str, list[str]], None]] = []  # (camera, its event labels), followed
         self.followers: dict[str, CameraFollower] = {}
         self.counts = {"new": 0, "update": 0, "end": 0, "state": 0}
         registry.on_added.append(self._added)
@@ -108,13 +117,13 @@ class EventsOutput:
 
     def _added(self, entry: Entry) -> None:
         if entry.kind == "camera" and entry.name not in self.followers:
-            self.followers[entry.name] = CameraFollower(entry, self.make_tracker(entry.name), self)
+            follower = self.followers[entry.name] = CameraFollower(entry, self.make_tracker(entry.name), self)
+            for listener in list(self.camera_listeners):
+                listener(entry.name, sorted(follower.tracker.event_labels))
 
     def _removed(self, entry: Entry) -> None:
         follower = self.followers.pop(entry.name, None) if entry.kind == "camera" else None
         if follower is not None:
-            import time
-
             follower.stop(time.time())
 
     def changed(self, change: StateChange | EventChange) -> None:

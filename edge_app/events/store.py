@@ -63,7 +63,7 @@ class EventStore:
         self.events_paused: str | None = None
         self.written = 0
         self.dropped = 0  # writes given up (disk full, store closed)
-        self._queue: queue.Queue[Callable[[sqlite3.Connection], None] | None] = queue.Queue()
+        self._queue: queue.Queue[Callable[[sqlite3.Connection], None] | threading.Event | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
     # --- opening -------------------------------------------------------------------------------------------
@@ -126,7 +126,10 @@ class EventStore:
                 except queue.Empty:
                     break
             stop = None in ops
-            self._run(conn, [o for o in ops if o is not None])
+            self._run(conn, [o for o in ops if o is not None and not isinstance(o, threading.Event)])
+            for done in ops:  # a flush is done once what came before it is committed
+                if isinstance(done, threading.Event):
+                    done.set()
         conn.close()
 
     def _run(self, conn: sqlite3.Connection, ops: list[Callable[[sqlite3.Connection], None]]) -> None:
@@ -245,7 +248,7 @@ class EventStore:
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every write queued so far is done (tests, shutdown)."""
         done = threading.Event()
-        self._queue.put(lambda c: done.set())
+        self._queue.put(done)
         return done.wait(timeout_s)
 
     def close(self) -> None:

@@ -13,16 +13,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
 import uuid
-from dataclasses import asdict
 from typing import Any
 
 import aiohttp
 
-from edge_app.config import WebhookConfig
+from edge_app.config_outputs import WebhookConfig
 from edge_app.events.detector import EventChange, StateChange
+from edge_app.events.topics import event_payload
 from streams.redact import redact_url
 
 log = logging.getLogger(__name__)
@@ -33,12 +32,6 @@ SIGNATURE_HEADER = "X-Edge-Signature-256"
 
 def signature(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-def payload(change: EventChange) -> bytes:
-    """``{"type": "new" | "update" | "end", "before": event | null, "after": event}``."""
-    return json.dumps({"type": change.kind, "before": None if change.before is None else asdict(change.before),
-                       "after": asdict(change.after)}, separators=(",", ":")).encode()
 
 
 class Hook:
@@ -62,7 +55,7 @@ class Hook:
             await self._deliver(http, change)
 
     async def _deliver(self, http: aiohttp.ClientSession, change: EventChange) -> None:
-        body = payload(change)
+        body = event_payload(change)
         headers = {"Content-Type": "application/json", "X-Edge-Event": change.kind,
                    "X-Edge-Delivery": uuid.uuid4().hex}
         if self.cfg.secret:
