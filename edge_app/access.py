@@ -1,9 +1,13 @@
 """Who may use the server: bearer token, per-client offer rate, TLS.
 
-* Token: when ``[server] token`` or the ``EDGE_APP_TOKEN`` environment variable (which wins) is set,
+* Tokens: when ``[server] token`` or the ``EDGE_APP_TOKEN`` environment variable (which wins) is set,
   every request but the page (``/``, ``/static/``) and ``/healthz`` needs ``Authorization: Bearer
   TOKEN``; the comparison is constant-time (``hmac.compare_digest``).  The page reads the token from
   its URL fragment (``/#token=...``, never sent to the server in the request line) or asks for it.
+* Roles: that token is the operator's (everything). ``[server] viewer_token`` (or ``EDGE_APP_VIEWER_TOKEN``) is a
+  viewer's: watch (offers, WHIP/WHEP, ending a session), results, events, status and metrics (``GET``); anything
+  else (teaching, deploying, rolling back, deleting events, moving a region, reading the scenes' frames) answers
+  403 with the reason. ``request["role"]`` says which; ``GET /api/role`` tells the page.
 * Offers per client: at most ``max_offers_per_minute`` offers per client address in any 60 s; more get
   429 with ``Retry-After``.
 * CORS: pages served from another origin may call the API only when ``[server] cors_origins`` names that origin
@@ -22,6 +26,7 @@ import os
 import ssl
 import time
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -31,21 +36,62 @@ from edge_app.config import AppConfig, ConfigError
 log = logging.getLogger(__name__)
 
 TOKEN_ENV = "EDGE_APP_TOKEN"
+VIEWER_TOKEN_ENV = "EDGE_APP_VIEWER_TOKEN"
+ROLE_KEY = web.RequestKey("role", str)
+# what a viewer may do beyond GET: watch (and end what it watches)
+VIEWER_WRITES = (("POST", "/offer"), ("POST", "/whip"), ("POST", "/whep/"), ("DELETE", "/sessions/"),
+                 ("PATCH", "/sessions/"))
+# what a viewer may not even read: the teaching work (the scene's frames, recordings, training, shadow runs)
+OPERATOR_READS = ("/api/datasets", "/api/recordings", "/api/training", "/api/shadow")
 PUBLIC_PATHS = ("/", "/healthz", "/favicon.ico")
 PUBLIC_PREFIXES = ("/static/",)
 MIN_TOKEN_CHARS = 16
 
 
-def effective_token(cfg: AppConfig, environ: dict[str, str] | None = None) -> str | None:
+@dataclass(frozen=True)
+class Tokens:
+    operator: str | None = None
+    viewer: str | None = None
+
+
+def _from_env(env: dict[str, str] | os._Environ[str], name: str, configured: str | None) -> str | None:
+    token = env.get(name)
+    if token is None:
+        return configured
+    token = token.strip()
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"{name}: the token must be at least {MIN_TOKEN_CHARS} characters "
+                          f"(make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return token
+
+
+def effective_tokens(cfg: AppConfig, environ: dict[str, str] | None = None) -> Tokens:
     env = os.environ if environ is None else environ
-    token = env.get(TOKEN_ENV)
-    if token is not None:
-        token = token.strip()
-        if len(token) < MIN_TOKEN_CHARS:
-            raise ConfigError(f"{TOKEN_ENV}: the token must be at least {MIN_TOKEN_CHARS} characters "
-                              f"(make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))')")
-        return token
-    return cfg.server.token
+    tokens = Tokens(_from_env(env, TOKEN_ENV, cfg.server.token),
+                    _from_env(env, VIEWER_TOKEN_ENV, cfg.server.viewer_token))
+    if tokens.viewer is not None and tokens.operator is None:
+        raise ConfigError(f"[server] viewer_token ({VIEWER_TOKEN_ENV}) needs an operator token too ([server] token "
+                          f"or {TOKEN_ENV}): without one, anyone is an operator")
+    if tokens.viewer is not None and hmac.compare_digest(tokens.viewer, tokens.operator or ""):
+        raise ConfigError("[server] viewer_token must differ from the operator's token")
+    return tokens
+
+
+def effective_token(cfg: AppConfig, environ: dict[str, str] | None = None) -> str | None:
+    """The operator's token (``effective_tokens``)."""
+    return effective_tokens(cfg, environ).operator
+
+
+def viewer_refusal(method: str, path: str) -> str | None:
+    """Why a viewer may not make this request, or None if it may."""
+    if path.startswith(OPERATOR_READS):
+        return "teaching data and jobs need the operator token"
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return None
+    if any(method == m and (path == p or (p.endswith("/") and path.startswith(p))) for m, p in VIEWER_WRITES):
+        return None
+    return (f"{method} {path} needs the operator token: a viewer token may watch and read results, events and "
+            "status")
 
 
 def is_loopback(host: str) -> bool:
@@ -57,24 +103,40 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def auth_middleware(token: str) -> Middleware:
-    expected = token.encode()
+def auth_middleware(tokens: Tokens) -> Middleware:
+    """Without an operator token, everyone is an operator; with one, a request needs it or the viewer's."""
+    operator = None if tokens.operator is None else tokens.operator.encode()
+    viewer = None if tokens.viewer is None else tokens.viewer.encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+        request[ROLE_KEY] = "operator" if operator is None else "none"
+        if operator is None or path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+        scheme, _, given_text = header.partition(" ")
+        given = given_text.strip().encode()
+        # both comparisons always run: the time taken says nothing of which token is near
+        is_operator = hmac.compare_digest(given, operator)
+        is_viewer = viewer is not None and hmac.compare_digest(given, viewer)
+        if scheme.lower() != "bearer" or not (is_operator or is_viewer):
             reason = ("missing Authorization: Bearer TOKEN header" if not header
                       else "wrong token" if scheme.lower() == "bearer" else "use the Bearer scheme")
             return web.json_response({"error": f"unauthorized: {reason}"}, status=401,
                                      headers={"WWW-Authenticate": 'Bearer realm="edge-app"'})
+        request[ROLE_KEY] = "operator" if is_operator else "viewer"
+        refusal = None if is_operator else viewer_refusal(request.method, path)
+        if refusal is not None:
+            return web.json_response({"error": f"forbidden: {refusal}"}, status=403)
         return await handler(request)
 
     return check
+
+
+async def role(request: web.Request) -> web.Response:
+    """``GET /api/role``: ``{"role": "operator" | "viewer"}`` (the page hides what a viewer may not do)."""
+    return web.json_response({"role": request.get(ROLE_KEY, "operator")})
 
 
 CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"  # WHIP/WHEP players end their session with DELETE

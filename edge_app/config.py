@@ -43,7 +43,10 @@ class ServerConfig(_Section):
     max_sessions: int = Field(4, ge=1, le=256, description="concurrent peer sessions")
     token: str | None = Field(None, min_length=16, max_length=512, description="bearer token every endpoint but "
                               "the page and /healthz requires; the EDGE_APP_TOKEN environment variable overrides "
-                              "it; unset: no authentication")
+                              "it; unset: no authentication. It is the operator's: everything")
+    viewer_token: str | None = Field(None, min_length=16, max_length=512, description="a viewer's bearer token "
+                                     "(EDGE_APP_VIEWER_TOKEN overrides it): watch, results, events, status; not "
+                                     "teach, deploy, roll back, delete events or move a region (403)")
     tls_cert: Path | None = Field(None, description="PEM certificate: serve HTTPS (relative to this file)")
     tls_key: Path | None = Field(None, description="PEM private key of tls_cert (relative to this file)")
     max_offers_per_minute: int = Field(30, ge=1, le=100_000, description="offers one client address may make a "

@@ -19,7 +19,7 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from edge_app import events
-from edge_app.access import OfferRateLimiter, auth_middleware, cors_middleware, effective_token
+from edge_app.access import OfferRateLimiter, Tokens, auth_middleware, cors_middleware, effective_tokens, role
 from edge_app.appkeys import CONFIG_KEY, HUB_KEY, LIMITER_KEY, METRICS_KEY, STARTED_KEY
 from edge_app.config import AppConfig
 from edge_app.config_cameras import RtspCameraConfig
@@ -143,9 +143,10 @@ async def _watch_loop(app: web.Application) -> AsyncIterator[None]:
     await watch.stop()
 
 
-def register_secrets(cfg: AppConfig, token: str | None) -> None:
+def register_secrets(cfg: AppConfig, tokens: Tokens) -> None:
     """Everything secret in the configuration, for ``streams.redact`` to mask wherever it would be printed."""
-    add_secret(token)
+    add_secret(tokens.operator)
+    add_secret(tokens.viewer)
     for server in cfg.server.ice_servers:
         add_secret(server.credential)
     for cam in cfg.cameras:
@@ -157,12 +158,12 @@ def register_secrets(cfg: AppConfig, token: str | None) -> None:
         add_url_secrets(hook.url)
 
 
-def create_app(config: AppConfig, service: InferenceService, token: str | None = None) -> web.Application:
-    """The application around the inference ``service`` (started and stopped with it); ``token`` (default:
-    ``effective_token(config)``) guards all but the page and /healthz."""
-    token = effective_token(config) if token is None else token
-    register_secrets(config, token)
-    guards = [auth_middleware(token)] if token else []
+def create_app(config: AppConfig, service: InferenceService, tokens: Tokens | None = None) -> web.Application:
+    """The application around the inference ``service`` (started and stopped with it); ``tokens`` (default:
+    ``effective_tokens(config)``) guard all but the page and /healthz, and say who is an operator."""
+    tokens = effective_tokens(config) if tokens is None else tokens
+    register_secrets(config, tokens)
+    guards = [auth_middleware(tokens)]
     cors = [cors_middleware(config.server.cors_origins)] if config.server.cors_origins else []
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[*cors, json_errors, *guards])
     app[LIMITER_KEY] = OfferRateLimiter(config.server.max_offers_per_minute)
@@ -179,6 +180,7 @@ def create_app(config: AppConfig, service: InferenceService, token: str | None =
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", metrics_endpoint)
+    app.router.add_get("/api/role", role)
     add_signalling_routes(app)
     app.router.add_static("/static/", STATIC_DIR)
     add_teach_routes(app, app[HUB_KEY], config)

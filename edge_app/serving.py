@@ -85,12 +85,13 @@ def serve(cfg: AppConfig, host_arg: str | None, port_arg: int | None,
     """Serve until signalled; ``make_service(cfg)`` builds the inference service (benchmarks pass an emulated one)."""
     import asyncio
 
-    from edge_app.access import TOKEN_ENV, effective_token, is_loopback, tls_context
+    from edge_app.access import TOKEN_ENV, effective_tokens, is_loopback, tls_context
     from edge_app.server import create_app
 
     host = host_arg or cfg.server.host
     port = cfg.server.port if port_arg is None else port_arg
-    token = effective_token(cfg)
+    tokens = effective_tokens(cfg)
+    token = tokens.operator
     tls = tls_context(cfg)
     if not is_loopback(host) and token is None:
         log.warning("serving %s without a token: anyone who can reach it can watch the cameras "
@@ -99,9 +100,9 @@ def serve(cfg: AppConfig, host_arg: str | None, port_arg: int | None,
         log.warning("serving %s over plain HTTP: browsers on other machines will refuse the camera "
                     "(set [server] tls_cert and tls_key)", host)
     service = make_service(cfg)
-    app = create_app(cfg, service, token)
+    app = create_app(cfg, service, tokens)
     log.info("model %s on %s; %s", service.backend.manifest.name, service.backend.device_name,
-             "token required" if token else "no token")
+             "no token" if not token else "operator and viewer tokens" if tokens.viewer else "token required")
     try:
         asyncio.run(serve_until_signalled(app, host, port, tls, cfg.server.shutdown_timeout_s))
     except (ListenError, AiortcInternalsError) as exc:  # one line, what to do; no traceback

@@ -6,6 +6,7 @@ import datetime
 import ipaddress
 import json
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import aiohttp
 import pytest
 from support.live import running_app
 
-from edge_app.access import OfferRateLimiter, effective_token, tls_context
+from edge_app.access import OfferRateLimiter, Tokens, effective_token, effective_tokens, tls_context
 from edge_app.config import AppConfig, ConfigError
 
 TOKEN = "s3cret-token-for-tests-0123456789"
@@ -42,6 +43,61 @@ async def test_token_guards_everything_but_the_page_and_health(app_config: Calla
             assert r.status == 200 and "edge_" in await r.text()
         async with http.post(base + "/offer", headers=ok, json={"sdp": "x"}) as r:
             assert r.status == 400, "authorised: now the offer itself is checked"
+
+
+VIEWER = "viewer-token-for-tests-9876543210"
+
+
+@pytest.mark.live
+async def test_a_viewer_watches_and_reads_but_cannot_deploy_roll_back_delete_or_move_a_region(
+        app_config: Callable[..., AppConfig], tmp_path: Path) -> None:
+    from edge_app.events.detector import Event
+    from edge_app.events.store import EventStore
+
+    store = EventStore(tmp_path / "events")
+    store.open()
+    now = time.time()
+    store.put(Event("gate", "open", now - 60, 0.9, now - 60, now - 55, id="1000000-gate-open"), "m")
+    assert store.flush()
+    store.close()
+    cfg = app_config(server={"token": TOKEN, "viewer_token": VIEWER, "ice_host_addresses": ["127.0.0.1"]},
+                     events={"path": str(tmp_path / "events")})
+    viewer, operator = {"Authorization": f"Bearer {VIEWER}"}, {"Authorization": f"Bearer {TOKEN}"}
+    refused = [("POST", "/api/models/rollback"), ("POST", "/api/models/tiny/deploy"),
+               ("DELETE", "/api/events/1000000-gate-open"), ("PUT", "/api/cameras/demo/region"),
+               ("POST", "/api/training"), ("POST", "/api/datasets"), ("GET", "/api/datasets")]
+    async with running_app(cfg) as base, aiohttp.ClientSession() as http:
+        seen = ""
+        for path in ("/status", "/metrics", "/api/events", "/api/events/1000000-gate-open", "/api/role"):
+            async with http.get(base + path, headers=viewer) as r:
+                assert r.status == 200, path
+                seen += await r.text()
+        assert '"viewer"' in seen
+        async with http.post(base + "/offer", headers=viewer, json={"sdp": "x"}) as r:
+            assert r.status == 400, "a viewer may offer: the offer itself is checked"
+        for method, path in refused:
+            async with http.request(method, base + path, headers=viewer, json={}) as r:
+                body = await r.json()
+                assert r.status == 403 and "operator token" in body["error"], (method, path, body)
+        async with http.get(base + "/api/role", headers=operator) as r:
+            assert (await r.json())["role"] == "operator"
+        for method, path in refused[:2]:
+            async with http.request(method, base + path, headers=operator, json={}) as r:
+                assert r.status not in (401, 403), (method, path, r.status)
+        async with http.delete(base + "/api/events/1000000-gate-open", headers=operator) as r:
+            assert r.status == 200
+        async with http.get(base + "/api/events/1000000-gate-open", headers=operator) as r:
+            assert r.status == 404, "the operator deleted it"
+    assert TOKEN not in seen and VIEWER not in seen
+
+
+def test_a_viewer_token_needs_an_operator_token_and_differs_from_it(app_config: Callable[..., AppConfig]) -> None:
+    cfg = app_config(server={"viewer_token": VIEWER})
+    with pytest.raises(ConfigError, match="needs an operator token"):
+        effective_tokens(cfg, {})
+    with pytest.raises(ConfigError, match="must differ"):
+        effective_tokens(cfg, {"EDGE_APP_TOKEN": VIEWER})
+    assert effective_tokens(cfg, {"EDGE_APP_TOKEN": TOKEN}) == Tokens(TOKEN, VIEWER)
 
 
 def test_environment_token_wins_and_must_be_long(app_config: Callable[..., AppConfig]) -> None:

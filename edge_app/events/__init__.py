@@ -17,6 +17,7 @@ from edge_app.config import AppConfig
 from edge_app.errors import EdgeAppError
 from edge_app.events.api import add_routes
 from edge_app.events.detector import StateTracker
+from edge_app.events.live import LiveFeed
 from edge_app.events.metrics import EventsCollector
 from edge_app.events.mqtt import MqttOutput
 from edge_app.events.output import EventsOutput
@@ -27,6 +28,7 @@ from edge_app.hub import Hub
 OUTPUT_KEY = web.AppKey("events_output", EventsOutput)
 HOOKS_KEY = web.AppKey("webhooks", Webhooks)
 MQTT_KEY = web.AppKey("mqtt", MqttOutput)
+LIVE_KEY = web.AppKey("events_live", LiveFeed)
 RETENTION_EVERY_S = 600.0
 
 
@@ -38,7 +40,10 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
         return
     _check_files(config)
     store = EventStore(config.resolve(ev.path), ev.retention_days, ev.max_bytes, ev.min_free_bytes)
+    feed = app[LIVE_KEY] = LiveFeed()
+    app.router.add_get("/api/events/live", feed.handle)  # before /api/events/{id}, which would match it
     add_routes(app, store)
+    app.on_shutdown.append(feed.close)
     labels = {c.name: set(c.events) for c in config.cameras}
 
     def tracker(camera: str) -> StateTracker:
@@ -51,7 +56,7 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
         output = app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker,
                                                 lambda: hub.service.backend.manifest.name, ev.snapshots)
         hooks = app[HOOKS_KEY] = Webhooks(config.webhooks)
-        output.listeners.append(hooks)
+        output.listeners += [hooks, feed]
         tasks = [asyncio.create_task(_retention(store), name="event-retention"),
                  asyncio.create_task(hooks.run(), name="webhooks")]
         if config.mqtt.enabled:
@@ -111,4 +116,5 @@ def status(app: web.Application) -> dict[str, Any] | None:
         return None
     mqtt = app.get(MQTT_KEY)
     return {**output.store.status(), "cameras": output.states(), "changes": dict(output.counts),
-            "webhooks": app[HOOKS_KEY].status(), "mqtt": None if mqtt is None else mqtt.status()}
+            "webhooks": app[HOOKS_KEY].status(), "mqtt": None if mqtt is None else mqtt.status(),
+            "live": {"clients": len(app[LIVE_KEY].clients), "cut_off": app[LIVE_KEY].cut_off}}

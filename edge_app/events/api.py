@@ -66,13 +66,16 @@ async def snapshot(request: web.Request) -> web.StreamResponse:
 
 async def delete_event(request: web.Request) -> web.Response:
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[bool] = loop.create_future()
+    done: asyncio.Future[bool | None] = loop.create_future()
 
-    def deleted(gone: bool) -> None:
+    def deleted(gone: bool | None) -> None:
         loop.call_soon_threadsafe(done.set_result, gone)
 
     request.app[EVENTS_KEY].delete(request.match_info["id"], deleted)
-    if not await asyncio.wait_for(done, 10.0):
+    gone = await asyncio.wait_for(done, 10.0)
+    if gone is None:
+        return _error(503, "the event store cannot write now (its reason is in /status under events)")
+    if not gone:
         return _error(404, f"no event {request.match_info['id']!r}")
     return web.json_response({"deleted": request.match_info["id"]})
 

@@ -32,6 +32,8 @@ from edge_app.events.detector import Event
 from edge_app.events.query import Query, public, run_query
 
 log = logging.getLogger(__name__)
+# a write on the writer thread; what it returns (if anything) is told whether its transaction committed
+Op = Callable[[sqlite3.Connection], "Callable[[bool], None] | None"]
 
 DB_NAME = "events.db"
 MIGRATIONS = (  # version k+1 is MIGRATIONS[k]; a database at an older version is brought forward at open
@@ -63,7 +65,7 @@ class EventStore:
         self.events_paused: str | None = None
         self.written = 0
         self.dropped = 0  # writes given up (disk full, store closed)
-        self._queue: queue.Queue[Callable[[sqlite3.Connection], None] | threading.Event | None] = queue.Queue()
+        self._queue: queue.Queue[Op | threading.Event | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
     # --- opening -------------------------------------------------------------------------------------------
@@ -132,17 +134,22 @@ class EventStore:
                     done.set()
         conn.close()
 
-    def _run(self, conn: sqlite3.Connection, ops: list[Callable[[sqlite3.Connection], None]]) -> None:
+    def _run(self, conn: sqlite3.Connection, ops: list[Op]) -> None:
         """``ops`` in one transaction; on failure (a full disk, a locked or damaged file) they are dropped and
         counted, and the store says why until a write succeeds again."""
+        after: list[Callable[[bool], None]] = []  # what an op wants told once its change is committed (or not)
         try:
             conn.execute("BEGIN")
             for op in ops:
-                op(conn)
+                told = op(conn)
+                if told is not None:
+                    after.append(told)
             conn.execute("COMMIT")
         except (sqlite3.Error, OSError) as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            for tell in after:
+                tell(False)
             self.dropped += len(ops)
             reason = "the disk is full" if "full" in str(exc) or getattr(exc, "errno", None) == errno.ENOSPC \
                 else str(exc)
@@ -152,6 +159,8 @@ class EventStore:
             self.events_paused = reason
             return
         self.written += len(ops)
+        for tell in after:
+            tell(True)
         if self.events_paused:
             log.info("events: writing again to %s", self.path)
         self.events_paused = None
@@ -202,12 +211,13 @@ class EventStore:
     def snapshot_path(self, event_id: str) -> Path:
         return self.snapshots / f"{event_id}.jpg"
 
-    def delete(self, event_id: str, done: Callable[[bool], None] | None = None) -> None:
-        def op(c: sqlite3.Connection) -> None:
+    def delete(self, event_id: str, done: Callable[[bool | None], None] | None = None) -> None:
+        """``done(True)`` once it is deleted and committed, ``done(False)`` if there was none, ``done(None)`` if
+        the store could not write."""
+        def op(c: sqlite3.Connection) -> Callable[[bool], None]:
             gone = c.execute("DELETE FROM events WHERE id = ?", (event_id,)).rowcount > 0
             self.snapshot_path(event_id).unlink(missing_ok=True)
-            if done is not None:
-                done(gone)
+            return lambda ok: None if done is None else done(gone if ok else None)
         self._queue.put(op)
 
     def enforce_retention(self, now: float | None = None) -> None:

@@ -4,6 +4,7 @@
 import { LiveChart } from "./charts.js";
 import { FrameMatcher, clearOverlay, drawOverlay } from "./overlay.js";
 import { parseMessage } from "./protocol.js";
+import { initEvents } from "./events.js";
 import { initTeach } from "./teach.js";
 
 const $ = (id) => document.getElementById(id);
@@ -385,7 +386,14 @@ function modelChanged(msg) {
   if (teach) teach.refresh();
 }
 
+// A viewer's token (GET /api/role) may watch and read events, not teach or delete: the page hides those.
+async function whoAmI() {
+  try { const r = await api("/api/role"); return r.ok ? (await r.json()).role : "operator"; } catch { return "operator"; }
+}
+edge.role = await whoAmI();
+document.body.classList.toggle("viewer", edge.role === "viewer");
 const teach = initTeach(api, edge);
+initEvents(api, edge);
 $("connect").onclick = connect;
 $("video-back").checked = params.get("video") === "1";
 if (probe) { probe.watchDisplay($("video"), edge.probe); $("g2g-row").hidden = false; }
