@@ -38,6 +38,32 @@ def cmd_bench_model(args: argparse.Namespace) -> int:
     print(format_table(bench_model(rt, frames=args.frames)))
     return 0
 
+def cmd_bench_events(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench import events
+
+    cfg = load_config(args.config)
+    parts = set(args.part)
+
+    async def go() -> None:
+        if "cpu" in parts:
+            service = inference_service(cfg)
+            service.start()
+            try:
+                npz = DEMO_TEST_SPLIT if DEMO_TEST_SPLIT.is_file() else None
+                print(await events.bench_cpu(cfg, service, npz, args.pairs, args.run_s), flush=True)
+            finally:
+                await service.stop()
+        if "store" in parts:
+            print(await events.bench_store(args.rate, args.store_s), flush=True)
+        if "api" in parts:
+            print(await events.bench_api(args.api_events, args.requests), flush=True)
+
+    asyncio.run(go())
+    return 0
+
+
 def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -328,6 +354,17 @@ def add_tool_commands(sub: Any) -> None:
     bl.add_argument("--video", type=Path, help="demo split .npz for the frames (default: data/demo/test.npz if "
                                                 "present, else synthetic frames)")
     bl.set_defaults(func=cmd_bench_pipeline)
+    be = sub.add_parser("bench-events", help="what events cost: pipeline CPU with the store, MQTT and a webhook "
+                                             "off and on; 1,000 events/s into the store (loop lag); GET /api/events")
+    be.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    be.add_argument("--part", nargs="+", choices=["cpu", "store", "api"], default=["cpu", "store", "api"])
+    be.add_argument("--pairs", type=int, default=4, help="cpu: off/on pairs")
+    be.add_argument("--run-s", type=float, default=20.0, help="cpu: seconds per run")
+    be.add_argument("--rate", type=int, default=1000, help="store: events a second")
+    be.add_argument("--store-s", type=float, default=60.0, help="store: seconds")
+    be.add_argument("--api-events", type=int, default=100_000, help="api: events in the store")
+    be.add_argument("--requests", type=int, default=200, help="api: requests per kind")
+    be.set_defaults(func=cmd_bench_events)
     bs = sub.add_parser("bench-smoothing", help="label flips and quality jumps with temporal smoothing off and on")
     bs.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     bs.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz")

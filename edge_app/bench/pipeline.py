@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,8 +146,10 @@ def compare(samples: dict[str, Samples]) -> str:
 
 
 async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[bytes], video_out: bool,
-                   duration_s: float, window_s: float, progress: bool, size: tuple[int, int] = (WIDTH, HEIGHT)
-                   ) -> tuple[str, Samples]:
+                   duration_s: float, window_s: float, progress: bool, size: tuple[int, int] = (WIDTH, HEIGHT),
+                   around: Callable[[AnalysisPipeline], Callable[[], None]] | None = None) -> tuple[str, Samples]:
+    """One mode; ``around(pipe)``, if given, is called once the pipeline is made (``bench-events`` follows it with
+    the events outputs) and returns what to call when the mode ends."""
     loop = asyncio.get_running_loop()
     rt = service.backend
     metrics = Metrics(rt.manifest.name, rt.providers, rt.num_exits)
@@ -161,6 +164,7 @@ async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[byte
     pipe = AnalysisPipeline("bench", "browser", slot, engine, settings, view)
     out_slot: LatestSlot[AnalysedFrame] = LatestSlot()
     pipe.subscribe(out_slot.put, video=video_out)
+    undo = around(pipe) if around is not None else None
     s = Samples()
     arrival: dict[int, float] = {}
     window_lat: list[float] = []
@@ -242,6 +246,8 @@ async def run_mode(cfg: AppConfig, service: InferenceService, packets: list[byte
     s.cpu_s, s.wall_s = time.process_time() - cpu0, time.monotonic() - wall0
     await asyncio.sleep(0.5)
     await pipe.stop()
+    if undo is not None:
+        undo()
     s.rendered, s.analysed = pipe.rendered, pipe.tally.analysed
     out_slot.close()
     for t in sinks:

@@ -85,7 +85,8 @@ class MqttOutput:
             self.queue.popleft()
             self.counts["dropped"] += 1
             if self.counts["dropped"] == 1 or self.counts["dropped"] % 1000 == 0:
-                log.warning("mqtt: %d event messages dropped so far: the broker is away and the queue (%d) is full",
+                log.warning("mqtt: %d event messages dropped so far: the queue (%d) is full (the broker is away, or "
+                            "slower than the events come)",
                             self.counts["dropped"], self.cfg.queue)
         self.queue.append(msg)
         self.wake.set()
@@ -165,13 +166,11 @@ class MqttOutput:
                 await self._publish(client, msg)
                 if self.dirty.get(topic) is msg:  # not replaced by a newer value meanwhile
                     del self.dirty[topic]
-            while self.queue:
+            while self.queue and not self.dirty:
                 msg = self.queue[0]
-                await self._publish(client, msg)
+                await self._publish(client, msg)  # one at a time: a message acknowledged is never sent again
                 if self.queue and self.queue[0] is msg:  # not dropped meanwhile
                     self.queue.popleft()
-                if self.dirty:
-                    break
             if not self.dirty and not self.queue:
                 self.wake.clear()
                 await self.wake.wait()

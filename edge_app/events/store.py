@@ -16,6 +16,7 @@ What goes wrong is said once, naming the file and what to do:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import queue
@@ -276,11 +277,11 @@ class EventStore:
 
     def query(self, q: Query) -> dict[str, Any]:
         """A page of events, newest first (``edge_app.events.query``)."""
-        with self._reader() as conn:
+        with contextlib.closing(self._reader()) as conn:
             return run_query(conn, q)
 
     def get(self, event_id: str) -> dict[str, Any] | None:
-        with self._reader() as conn:
+        with contextlib.closing(self._reader()) as conn:
             row = conn.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
         return None if row is None else public(dict(row))
 
