@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from edge_app.config import DEFAULT_CONFIG, ConfigError, load_config
+from edge_app.errors import EdgeAppError
 from edge_app.factory import CODEC_KBPS, inference_service, model_args, model_dir
 from edge_app.serving import serve, setup_logging
 from models.errors import ModelError
@@ -101,6 +102,9 @@ def build_parser(with_tools: bool = True) -> argparse.ArgumentParser:
     e = sub.add_parser("export", help="build data, train and export a model folder (python -m exporter ...)")
     e.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for python -m exporter (default: all)")
     e.set_defaults(func=cmd_export)
+    from edge_app.infer_server import add_command
+
+    add_command(sub)
     if with_tools:
         from edge_app.bench.commands import add_tool_commands
 
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ModelError as exc:
+    except (ModelError, EdgeAppError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -78,7 +78,25 @@ class ServerConfig(_Section):
         return v
 
 
+class OnnxBackend(_Section):
+    kind: Literal["onnxruntime"] = "onnxruntime"
+
+
+class TritonBackend(_Section):
+    kind: Literal["triton"]
+    url: str = Field("127.0.0.1:8001", min_length=3, description="host:port of the infer-server's gRPC")
+    model_name: str = Field("edge_chain", min_length=1, description="the chain's model name on that server")
+    timeout_s: float = Field(1.0, gt=0, le=60, description="a frame's wait when it carries no compute budget")
+    fallback: bool = Field(True, description="what Triton does not answer (down, full, late) is answered from the "
+                           "cheap path: exit 1 on this box's ONNX Runtime, counted")
+
+
 class ModelConfig(_Section):
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend_name(cls, v: object) -> object:
+        return {"kind": v} if isinstance(v, str) else v  # backend = "onnxruntime", as before
+
     path: Path = Field(Path("models/default"), description="model folder, relative to the config file")
     providers: list[Literal["cuda", "cpu"]] = Field(["cuda", "cpu"], min_length=1,
                                                      description="ONNX Runtime providers in order of preference")
@@ -87,7 +105,9 @@ class ModelConfig(_Section):
                          "many media threads for frame conversion and annotation)")
     warmup_runs: int = Field(3, ge=0, le=100, description="blank frames run at load")
     cost_window: int = Field(256, ge=1, le=100_000, description="frames in the running cost estimate")
-    backend: Literal["onnxruntime"] = Field("onnxruntime", description="inference backend (models.service.BACKENDS)")
+    backend: OnnxBackend | TritonBackend = Field(default_factory=lambda: OnnxBackend(), discriminator="kind",
+                                                 description='[model.backend] kind = "onnxruntime" (in this '
+                                                 'process) or "triton" (a shared Triton Inference Server)')
     cuda_device: int = Field(0, ge=0, le=63, description="which GPU, when the CUDA provider is used")
     batch_window_ms: float = Field(0.0, ge=0, le=50, description="gather frames of all sources this long and run "
                                    "each segment once for all of them (per-frame exits stay); 0: frame by frame")

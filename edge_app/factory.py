@@ -29,7 +29,12 @@ def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
     from models.service import InferenceService, load_backend
 
     m = cfg.model
-    backend = load_backend(m.backend, deployed_model(cfg), m.providers, m.threads, m.warmup_runs, m.cuda_device)
+    backend = load_backend("onnxruntime", deployed_model(cfg), m.providers, m.threads, m.warmup_runs, m.cuda_device)
+    if m.backend.kind == "triton":
+        from models.triton_runner import TritonRunner
+
+        t = m.backend
+        return TritonRunner(backend, t.url, t.model_name, t.timeout_s, t.fallback, m.workers, m.cost_window)
     return InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
 
 

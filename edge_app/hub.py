@@ -35,6 +35,7 @@ from edge_app.results import NetworkView
 from edge_app.scheduler import policy_from_config
 from edge_app.signalling import AnswerPlan, PlanRefused, offered_lines, plan_answer
 from edge_app.sources import configured
+from models.errors import ModelError
 from models.service import InferenceService, load_backend
 from streams import aiortc_adapter as rtc
 from streams.frames import LatestSlot, SourceFrame
@@ -225,8 +226,11 @@ class Hub:
         to it between two frames (their smoothing starts again), tell every viewer (a ``model`` message), then stop
         the old model's service."""
         m = self.config.model
+        if m.backend.kind == "triton":  # the shared server serves what it was started with, for every box
+            raise ModelError(f"inference runs on the shared Triton at {m.backend.url}: serve {folder} there "
+                             f"(edge-app infer-server --model {folder}) and restart this box")
         loop = asyncio.get_running_loop()
-        backend = await loop.run_in_executor(None, load_backend, m.backend, folder, m.providers, m.threads,
+        backend = await loop.run_in_executor(None, load_backend, "onnxruntime", folder, m.providers, m.threads,
                                              m.warmup_runs, m.cuda_device)
         policy = policy_from_config(self.config.policy, folder)
         governor = await governor_for(self.config, folder, policy, self.metrics)  # the new model's own points

@@ -75,6 +75,7 @@ def model_status(service: InferenceService) -> dict[str, Any]:
             for ex, c in zip(m.exits, service.costs, strict=True)
         ],
         "check": _check_summary(rt.folder),
+        "runner": service.status() if hasattr(service, "status") else {"kind": "onnxruntime", "state": "up"},
     }
 
 

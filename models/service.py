@@ -79,6 +79,7 @@ class ChainRequest:
     policy: ExitPolicy  # decides after each exit whether to go on
     min_exits: int  # run at least this many exits, whatever the policy says (the depth window)
     max_exits: int  # never run more: the horizon the deadline allows, within the depth window
+    timeout_s: float | None = None  # a remote runner waits at most this long (the frame's compute budget)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class ChainOutcome:
     choice: int  # 0-based exit whose answer the policy returns (recall: not always the last one)
     actual_ms: float  # wall time of the segments that ran
     error: str | None = None  # a segment after the first failed: the answer comes from the exits before it
+    queue_ms: float = 0.0  # waited beyond the segments (a remote runner: the round trip and the server's queue)
 
 
 class InferenceService:

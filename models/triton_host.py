@@ -1,0 +1,141 @@
+"""``edge-app infer-server``: the whole early-exit chain as one model of a real NVIDIA Triton Inference Server
+(PyTriton, which bundles Triton 2.51 with its Python backend), shared by every edge-app process and box that names
+it in ``[model.backend]``.
+
+Run by ``edge_app.infer_server`` in its own environment (``.venv-triton``: PyTriton pins numpy < 2) as
+``python -m models.triton_host --model FOLDER ...``; it imports only ``models`` (numpy, ONNX Runtime, pydantic,
+OpenCV), never ``edge_app``.
+
+One model, ``edge_chain`` (``MODEL_NAME``), with Triton's dynamic batcher: the frames of every client that arrive
+within ``--queue-delay-us`` form one batch; segment 1 runs on all of them, the policy decides per frame, segment 2
+runs on those that go on, and so on (``InferenceService.run_batch_now``, the same walk as the local runner), so
+features never leave the server and a frame costs one round trip. Per frame:
+
+inputs   ``x`` float32 (3, H, W), ``min_exits`` / ``max_exits`` int32 (1), ``policy_key`` bytes (1),
+         ``policy`` bytes (1): the encoded policy (``models.policy_wire``), or empty once this server knows the key
+outputs  ``choice`` int32 (1), ``exits_run`` int32 (1), ``probs`` float32 (E, C) (zeros past ``exits_run``),
+         ``segment_ms`` float32 (E), ``error`` bytes (1): why a segment after the first failed, or empty
+
+An unknown key with no policy fails the request with ``unknown policy`` (the client sends it again with the policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from models.errors import SegmentRunError
+from models.policies import ExitPolicy
+from models.policy_wire import decode_policy, policy_key
+from models.service import ChainOutcome, ChainRequest, InferenceService, load_backend
+
+MODEL_NAME = "edge_chain"
+UNKNOWN_POLICY = "unknown policy"
+log = logging.getLogger("edge-app.infer-server")
+
+
+class ChainModel:
+    """The infer function Triton calls with a batch (PyTriton's ``@batch`` stacks the requests)."""
+
+    def __init__(self, service: InferenceService) -> None:
+        self.service = service
+        self.policies: dict[str, ExitPolicy] = {}
+        self.lock = threading.Lock()
+        self.frames = 0
+
+    def policy(self, key: bytes, blob: bytes) -> ExitPolicy:
+        k = key.decode()
+        with self.lock:
+            known = self.policies.get(k)
+        if known is not None:
+            return known
+        if not blob:
+            raise ValueError(f"{UNKNOWN_POLICY} {k[:12]}: send it with the request")
+        if policy_key(blob) != k:
+            raise ValueError("policy_key is not the SHA-256 of policy")
+        policy = decode_policy(blob)
+        with self.lock:
+            self.policies[k] = policy
+        return policy
+
+    def __call__(self, x: np.ndarray, min_exits: np.ndarray, max_exits: np.ndarray, policy_key: np.ndarray,
+                 policy: np.ndarray) -> dict[str, np.ndarray]:
+        n, e = len(x), self.service.num_exits
+        c = len(self.service.class_names)
+        requests = [ChainRequest(x[i:i + 1], self.policy(bytes(policy_key[i][0]), bytes(policy[i][0])),
+                                 int(min_exits[i][0]), int(max_exits[i][0])) for i in range(n)]
+        outcomes = self.service.run_batch_now(requests)
+        self.frames += n
+        out = {"choice": np.zeros((n, 1), np.int32), "exits_run": np.zeros((n, 1), np.int32),
+               "probs": np.zeros((n, e, c), np.float32), "segment_ms": np.zeros((n, e), np.float32),
+               "error": np.full((n, 1), b"", dtype=object)}
+        for i, o in enumerate(outcomes):
+            if isinstance(o, SegmentRunError):
+                raise o  # exit 1 itself failed: the whole batch did (every request gets the error)
+            assert isinstance(o, ChainOutcome)
+            out["choice"][i, 0] = o.choice
+            out["exits_run"][i, 0] = len(o.results)
+            for k, r in enumerate(o.results):
+                out["probs"][i, k] = r.probs
+                out["segment_ms"][i, k] = r.segment_ms
+            out["error"][i, 0] = (o.error or "").encode()
+        return out
+
+
+def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_batch: int, queue_delay_us: int,
+          threads: int, address: str) -> None:
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    backend = load_backend("onnxruntime", folder, ("cpu",), threads, 2)
+    service = InferenceService(backend)
+    model = ChainModel(service)
+    h, w = backend.manifest.input.height, backend.manifest.input.width
+    e, c = backend.num_exits, len(backend.class_names)
+    config = TritonConfig(grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port, grpc_address=address,
+                          http_address=address, metrics_address=address, log_verbose=0)
+    with Triton(config=config) as triton:
+        triton.bind(model_name=MODEL_NAME, infer_func=batch(model),
+                    inputs=[Tensor(name="x", dtype=np.float32, shape=(3, h, w)),
+                            Tensor(name="min_exits", dtype=np.int32, shape=(1,)),
+                            Tensor(name="max_exits", dtype=np.int32, shape=(1,)),
+                            Tensor(name="policy_key", dtype=bytes, shape=(1,)),
+                            Tensor(name="policy", dtype=bytes, shape=(1,))],
+                    outputs=[Tensor(name="choice", dtype=np.int32, shape=(1,)),
+                             Tensor(name="exits_run", dtype=np.int32, shape=(1,)),
+                             Tensor(name="probs", dtype=np.float32, shape=(e, c)),
+                             Tensor(name="segment_ms", dtype=np.float32, shape=(e,)),
+                             Tensor(name="error", dtype=bytes, shape=(1,))],
+                    config=ModelConfig(max_batch_size=max_batch,
+                                       batcher=DynamicBatcher(max_queue_delay_microseconds=queue_delay_us)),
+                    strict=False)
+        print(f"infer-server: model {backend.manifest.name} ({e} exits, {c} classes, {h}x{w}) as {MODEL_NAME}; "
+              f"gRPC {address}:{grpc_port}, HTTP {http_port}, metrics {metrics_port}; batches up to {max_batch} "
+              f"within {queue_delay_us} us", flush=True)
+        triton.serve()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="edge-app infer-server")
+    p.add_argument("--model", type=Path, required=True, help="model folder (manifest, segments, policy)")
+    p.add_argument("--address", default="127.0.0.1", help="address to bind (0.0.0.0 for other boxes)")
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--max-batch", type=int, default=32)
+    p.add_argument("--queue-delay-us", type=int, default=2000, help="the dynamic batcher's window")
+    p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(a.model, a.grpc_port, a.http_port, a.metrics_port, a.max_batch, a.queue_delay_us, a.threads, a.address)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The Triton runner: the inference service's contract (``ChainRequest -> ChainOutcome``) answered by a shared
+Triton Inference Server that binds the whole chain (``models.triton_host``), over gRPC (``tritonclient``, asyncio).
+
+The model folder is still read here: its manifest and pre-processing (what a frame becomes before it is sent), its
+class names, its measured costs (the priors of the running costs, which the server's per-segment times then
+keep), and its segments for the cheap path. A frame's request carries its policy by key, with the encoded policy
+(``models.policy_wire``) the first time this server sees it. Its timeout is the frame's compute budget
+(``ChainRequest.timeout_s``), else ``timeout_s``.
+
+What Triton does not answer (down, refusing, queue full, out of time) is answered from the cheap path when
+``fallback`` is on: exit 1 on the local segments, counted per reason in ``counts``; the state (``up`` / ``down``
+with the last reason) is in ``status()``. ``ChainOutcome.queue_ms`` is the round trip beyond the segments' own
+time, kept apart so the running costs stay compute estimates; the scheduler's predicted cost of segment 1 adds
+its running high percentile.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from models.costs import RunningCost
+from models.errors import SegmentRunError
+from models.policies import ExitPolicy
+from models.policy_wire import encode_policy, policy_key
+from models.runtime import ExitResult
+from models.service import ChainOutcome, ChainRequest, InferenceBackend, InferenceService
+from models.triton_host import MODEL_NAME, UNKNOWN_POLICY
+
+log = logging.getLogger(__name__)
+
+OUTPUTS = ("choice", "exits_run", "probs", "segment_ms", "error")
+
+
+class TritonRunner(InferenceService):
+    def __init__(self, backend: InferenceBackend, url: str, model_name: str = MODEL_NAME, timeout_s: float = 1.0,
+                 fallback: bool = True, workers: int = 1, cost_window: int = 256) -> None:
+        super().__init__(backend, workers, cost_window)
+        self.url = url
+        self.model_name = model_name
+        self.timeout_s = timeout_s
+        self.fallback = fallback
+        self.client: Any = None
+        self.overhead = RunningCost(2.0, cost_window)  # the round trip beyond the segments, ms
+        self.counts = {"remote": 0, "cheap_path": 0, "unavailable": 0, "timeout": 0, "rejected": 0}
+        self.state = "starting"
+        self.last_error: str | None = None
+        self._encoded: dict[int, tuple[ExitPolicy, str, bytes]] = {}  # id(policy) -> (policy, key, blob)
+        self._known: set[str] = set()  # keys this server has acknowledged
+
+    def predicted_costs_ms(self) -> list[float]:
+        costs = super().predicted_costs_ms()
+        costs[0] += self.overhead.high_ms
+        return costs
+
+    async def stop(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            await client.close()
+        await super().stop()
+
+    async def run(self, request: ChainRequest) -> ChainOutcome:
+        try:
+            outcome = await self._remote(request)
+        except (SegmentRunError, TimeoutError, OSError) as exc:
+            return await self._cheap(request, exc)
+        except Exception as exc:  # tritonclient's InferenceServerException (and grpc's errors inside it)
+            if type(exc).__name__ != "InferenceServerException":
+                raise
+            return await self._cheap(request, exc)
+        if self.state != "up":
+            log.info("inference: Triton at %s answers%s", self.url,
+                     "" if self.state == "starting" else f" again ({self.counts['cheap_path']} frames answered "
+                     "from the cheap path meanwhile)")
+        self.state, self.last_error = "up", None
+        self.counts["remote"] += 1
+        return outcome
+
+    async def _cheap(self, request: ChainRequest, exc: BaseException) -> ChainOutcome:
+        why = _reason(exc)
+        self.counts[why] += 1
+        if self.state != "down" or self.last_error != why:
+            log.warning("inference: Triton at %s: %s (%s); %s", self.url, why, str(exc)[:200],
+                        "answering from the cheap path (exit 1 here)" if self.fallback else "no fallback")
+        self.state, self.last_error = "down", f"{why}: {str(exc)[:200]}"
+        if not self.fallback:
+            raise SegmentRunError(f"Triton at {self.url}: {why}") from exc
+        self.counts["cheap_path"] += 1
+        return await super().run(ChainRequest(request.x, request.policy, 1, min(1, request.max_exits)))
+
+    def _policy(self, policy: ExitPolicy) -> tuple[str, bytes]:
+        held = self._encoded.get(id(policy))
+        if held is None or held[0] is not policy:
+            blob = encode_policy(policy)
+            held = self._encoded[id(policy)] = (policy, policy_key(blob), blob)
+        return held[1], held[2]
+
+    async def _remote(self, request: ChainRequest) -> ChainOutcome:
+        import tritonclient.grpc.aio as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        if self.client is None:
+            self.client = grpcclient.InferenceServerClient(self.url)
+        key, blob = self._policy(request.policy)
+        timeout = request.timeout_s if request.timeout_s is not None else self.timeout_s
+        for attempt in range(2):
+            send = blob if key not in self._known or attempt else b""
+            inputs = [_input(grpcclient, "x", request.x.astype(np.float32, copy=False), "FP32"),
+                      _input(grpcclient, "min_exits", np.array([[request.min_exits]], np.int32), "INT32"),
+                      _input(grpcclient, "max_exits", np.array([[request.max_exits]], np.int32), "INT32"),
+                      _input(grpcclient, "policy_key", np.array([[key.encode()]], dtype=object), "BYTES"),
+                      _input(grpcclient, "policy", np.array([[send]], dtype=object), "BYTES")]
+            t0 = time.perf_counter()
+            try:
+                res = await self.client.infer(self.model_name, inputs,
+                                              outputs=[grpcclient.InferRequestedOutput(n) for n in OUTPUTS],
+                                              client_timeout=max(0.001, timeout))
+            except InferenceServerException as exc:
+                if UNKNOWN_POLICY in str(exc) and not attempt:
+                    self._known.discard(key)  # a restarted server: send the policy with the frame
+                    continue
+                raise
+            round_trip_ms = (time.perf_counter() - t0) * 1e3
+            self._known.add(key)
+            return self._outcome(res, round_trip_ms)
+        raise SegmentRunError("Triton refused the policy twice")
+
+    def _outcome(self, res: Any, round_trip_ms: float) -> ChainOutcome:
+        n = int(res.as_numpy("exits_run")[0][0])
+        probs, seg = res.as_numpy("probs")[0], res.as_numpy("segment_ms")[0]
+        results = []
+        for k in range(n):
+            p = probs[k]
+            label = int(p.argmax())
+            results.append(ExitResult(k, p, label, float(p[label]), float(seg[k])))
+            self.costs[k].record(float(seg[k]))
+            self.segment_runs[k] += 1
+        compute = float(seg[:n].sum())
+        queue = max(0.0, round_trip_ms - compute)
+        self.overhead.record(queue)
+        error = bytes(res.as_numpy("error")[0][0]).decode() or None
+        return ChainOutcome(tuple(results), int(res.as_numpy("choice")[0][0]), compute, error, queue_ms=queue)
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": "triton", "url": self.url, "model": self.model_name, "state": self.state,
+                "last_error": self.last_error, "fallback": "exit 1 here" if self.fallback else None,
+                "round_trip_beyond_compute_p95_ms": round(self.overhead.high_ms, 2), **self.counts}
+
+
+def _input(grpcclient: Any, name: str, value: np.ndarray, dtype: str) -> Any:
+    i = grpcclient.InferInput(name, list(value.shape), dtype)
+    i.set_data_from_numpy(value)
+    return i
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).lower()
+    if isinstance(exc, TimeoutError) or "deadline" in text or "timeout" in text:
+        return "timeout"
+    if "unavailable" in text or "connect" in text or isinstance(exc, OSError):
+        return "unavailable"
+    return "rejected"

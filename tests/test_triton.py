@@ -1,0 +1,170 @@
+"""The Triton runner against a real Triton Inference Server (``edge-app infer-server``: PyTriton's bundled Triton
+2.51, in its own environment): the same answers as the local runner on the same frames; Triton killed mid-run and
+started again, answers going on from the cheap path meanwhile; the app served through it. And every policy as data,
+round-tripped exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from support.live import DEFAULT_MODEL, REPO, running_app, skip_or_fail
+
+from edge_app.config import AppConfig
+from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, FixedExit, Patience
+from models.policy_store import configured_policy
+from models.policy_wire import decode_policy, encode_policy, policy_key
+from models.service import ChainRequest, InferenceService, load_backend
+
+TRITON_PY = REPO / ".venv-triton" / "bin" / "python"
+
+
+def test_every_policy_round_trips_as_data() -> None:
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(11), size=(200, 3))
+    for policy in (FixedExit(2), BudgetGreedy(), ConfidenceThreshold(0.8), EntropyThreshold(0.3), Patience(1),
+                   configured_policy(DEFAULT_MODEL, "dynamic-index"), configured_policy(DEFAULT_MODEL, "auto")):
+        blob = encode_policy(policy)
+        back = decode_policy(blob)
+        assert policy_key(encode_policy(back)) == policy_key(blob), policy
+        for horizon in (1, 2, 3):
+            for p in probs:
+                runs = [pol.start(horizon) for pol in (policy, back)]
+                stops = [[r.observe(p[k]) for k in range(horizon)] for r in runs]
+                assert stops[0] == stops[1] and runs[0].choice == runs[1].choice
+
+
+class Server:
+    def __init__(self, folder: Path) -> None:
+        from support.mqtt import free_port
+
+        self.folder = folder
+        self.grpc, self.http, self.metrics = free_port(), free_port(), free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.grpc}"
+
+    def start(self) -> float:
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge_app", "infer-server", "--model", str(DEFAULT_MODEL), "--grpc-port",
+             str(self.grpc), "--http-port", str(self.http), "--metrics-port", str(self.metrics)],
+            cwd=REPO, stdout=self.folder.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        while time.monotonic() - t0 < 90:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/models/edge_chain/ready", timeout=1):
+                    return time.monotonic() - t0
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"infer-server exited: {self.folder.read_text()[-2000:]}") from None
+                time.sleep(0.2)
+        raise RuntimeError("Triton was not ready within 90 s")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # PyTriton and the tritonserver it started
+            self.proc.wait(10)
+        self.proc = None
+
+    def metric(self, name: str) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+@pytest.fixture
+def triton(tmp_path: Path) -> Iterator[Server]:
+    if not TRITON_PY.exists():
+        skip_or_fail("needs the Triton environment (bash tools/triton-env.sh; .ci/test makes it)")
+    server = Server(tmp_path / "triton.log")
+    ready = server.start()
+    print(f"Triton ready in {ready:.1f} s")
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def _frames(n: int) -> list[np.ndarray]:
+    with np.load(REPO / "data" / "demo" / "test.npz") as z:
+        return list(z["images"][:n])
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_triton_is_killed(
+        triton: Server) -> None:
+    from models.triton_runner import TritonRunner
+
+    backend = load_backend("onnxruntime", DEFAULT_MODEL, ("cpu",), 1, 1)
+    local, remote = InferenceService(backend), TritonRunner(backend, triton.url)
+    local.start()
+    remote.start()
+    same = total = 0
+    policies = [configured_policy(DEFAULT_MODEL, "auto"), configured_policy(DEFAULT_MODEL, "dynamic-index")]
+    try:
+        for img in _frames(60):
+            x = backend.preprocess(img)
+            for policy in policies:
+                for lo, hi in ((1, 3), (1, 2), (2, 3)):
+                    a = await local.run(ChainRequest(x, policy, lo, hi))
+                    b = await remote.run(ChainRequest(x, policy, lo, hi))
+                    total += 1
+                    same += (a.choice == b.choice and len(a.results) == len(b.results)
+                             and all(np.allclose(r.probs, s.probs, atol=1e-5)
+                                     for r, s in zip(a.results, b.results, strict=True)))
+        up = dict(remote.counts)
+        batches = triton.metric("nv_inference_exec_count")
+        triton.kill()  # mid-run: the frames go on, answered from the cheap path, each at once
+        waits = []
+        for img in _frames(20):
+            t0 = time.perf_counter()
+            out = await remote.run(ChainRequest(backend.preprocess(img), policies[0], 1, 3, timeout_s=0.5))
+            waits.append(time.perf_counter() - t0)
+            assert len(out.results) == 1
+        down = dict(remote.counts), remote.status()["state"]
+        triton.start()  # a fresh server: it does not know the policy; the runner sends it again
+        back = await remote.run(ChainRequest(backend.preprocess(_frames(1)[0]), policies[1], 1, 3))
+        again = remote.status()
+    finally:
+        await remote.stop()
+        await local.stop()
+    print(f"triton: {same} of {total} answers as the local runner's; {batches:.0f} executions; killed: {down}, "
+          f"cheap-path waits max {1e3 * max(waits):.1f} ms; restarted: {again}")
+    assert same == total and up["remote"] == total and up["cheap_path"] == 0
+    assert down[1] == "down" and down[0]["cheap_path"] == 20 and max(waits) < 1.0
+    assert again["state"] == "up" and again["remote"] == total + 1 and len(back.results) >= 1
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_the_app_serves_through_triton(triton: Server, app_config: Callable[..., AppConfig]) -> None:
+    from edge_app.config import load_config
+
+    cfg = app_config(demo={"enabled": True, "fps": 15.0})
+    path = cfg.base_dir / "config.toml"
+    path.write_text(path.read_text() + f'\n[model.backend]\nkind = "triton"\nurl = "{triton.url}"\n')
+    cfg = load_config(path)
+    async with running_app(cfg) as base, aiohttp.ClientSession() as http:
+        await asyncio.sleep(4.0)
+        async with http.get(base + "/status") as r:
+            status: dict[str, Any] = await r.json()
+    runner = status["model"]["runner"]
+    demo = next(c for c in status["cameras"] if c["name"] == "demo")
+    print(f"app through Triton: {json.dumps(runner)}; demo analysed {demo['frames_analysed']}")
+    assert runner["kind"] == "triton" and runner["state"] == "up" and runner["remote"] >= 30
+    assert runner["cheap_path"] == 0 and demo["frames_analysed"] >= 30
