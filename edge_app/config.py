@@ -89,6 +89,16 @@ class TritonBackend(_Section):
     timeout_s: float = Field(1.0, gt=0, le=60, description="a frame's wait when it carries no compute budget")
     fallback: bool = Field(True, description="what Triton does not answer (down, full, late) is answered from the "
                            "cheap path: exit 1 on this box's ONNX Runtime, counted")
+    shared_memory: bool = Field(False, description="send frames through system shared memory (the server on this "
+                                "host) instead of inside the gRPC message; needs access_token")
+    access_token: str | None = Field(None, min_length=16, max_length=512, description="the infer-server's "
+                                     "EDGE_APP_TRITON_TOKEN (Triton's restricted endpoints); never shown")
+
+    @model_validator(mode="after")
+    def _shm_token(self) -> TritonBackend:
+        if self.shared_memory and self.access_token is None:
+            raise ValueError("shared_memory needs access_token (the infer-server's EDGE_APP_TRITON_TOKEN)")
+        return self
 
 
 class ModelConfig(_Section):

@@ -34,7 +34,8 @@ def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
         from models.triton_runner import TritonRunner
 
         t = m.backend
-        return TritonRunner(backend, t.url, t.model_name, t.timeout_s, t.fallback, m.workers, m.cost_window)
+        return TritonRunner(backend, t.url, t.model_name, t.timeout_s, t.fallback, m.workers, m.cost_window,
+                            t.shared_memory, t.access_token)
     return InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
 
 

@@ -1,12 +1,17 @@
 """``edge-app infer-server``: start the shared Triton Inference Server (``models.triton_host``) on the model this
 config serves, in its own environment (``.venv-triton``, made by ``tools/triton-env.sh``), replacing this process
-so that signals reach Triton directly."""
+so that signals reach Triton directly. ``EDGE_APP_TRITON_TOKEN`` in its environment is the token of Triton's
+restricted endpoints (a client on the same host needs it to send frames through shared memory)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from edge_app.config import load_config
@@ -63,3 +68,35 @@ def add_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--queue-delay-us", type=int, default=2000, help="the dynamic batcher's window")
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
     p.set_defaults(func=cmd_infer_server)
+
+
+def start_process(model: Path, grpc_port: int, http_port: int, metrics_port: int, log: Path,
+                  queue_delay_us: int = 2000, access_token: str | None = None) -> subprocess.Popen[bytes]:
+    """``edge-app infer-server`` as a child in its own process group (tests, benchmarks); ``wait_ready`` next."""
+    argv = [sys.executable, "-m", "edge_app", "infer-server", "--model", str(model), "--grpc-port", str(grpc_port),
+            "--http-port", str(http_port), "--metrics-port", str(metrics_port), "--queue-delay-us",
+            str(queue_delay_us)]
+    env = {**os.environ, **({"EDGE_APP_TRITON_TOKEN": access_token} if access_token else {})}
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], http_port: int, log: Path, timeout_s: float = 90.0) -> float:
+    """Seconds until Triton says the chain's model is ready."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/edge_chain/ready", timeout=1):
+                return time.monotonic() - t0
+        except OSError:
+            if proc.poll() is not None:
+                raise EdgeAppError(f"infer-server exited: {log.read_text()[-2000:]}") from None
+            time.sleep(0.2)
+    raise EdgeAppError(f"Triton was not ready within {timeout_s:.0f} s (see {log})")
+
+
+def kill_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL the infer-server and the tritonserver it started (its whole process group)."""
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

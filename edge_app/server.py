@@ -154,6 +154,7 @@ def register_secrets(cfg: AppConfig, tokens: Tokens) -> None:
         if isinstance(cam, RtspCameraConfig):
             add_url_secrets(cam.url)
     add_secret(cfg.mqtt.password)
+    add_secret(getattr(cfg.model.backend, "access_token", None))
     for hook in cfg.webhooks:
         add_secret(hook.secret)
         add_url_secrets(hook.url)

@@ -14,7 +14,8 @@ features never leave the server and a frame costs one round trip. Per frame:
 inputs   ``x`` float32 (3, H, W), ``min_exits`` / ``max_exits`` int32 (1), ``policy_key`` bytes (1),
          ``policy`` bytes (1): the encoded policy (``models.policy_wire``), or empty once this server knows the key
 outputs  ``choice`` int32 (1), ``exits_run`` int32 (1), ``probs`` float32 (E, C) (zeros past ``exits_run``),
-         ``segment_ms`` float32 (E), ``error`` bytes (1): why a segment after the first failed, or empty
+         ``segment_ms`` float32 (E), ``error`` bytes (1): why a segment after the first failed, or empty,
+         ``batch`` int32 (1): how many frames the batch it ran in held
 
 An unknown key with no policy fails the request with ``unknown policy`` (the client sends it again with the policy).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 from pathlib import Path
@@ -35,6 +37,8 @@ from models.policy_wire import decode_policy, policy_key
 from models.service import ChainOutcome, ChainRequest, InferenceService, load_backend
 
 MODEL_NAME = "edge_chain"
+TOKEN_ENV = "EDGE_APP_TRITON_TOKEN"
+ACCESS_HEADER = "triton-grpc-protocol-triton-access-token"  # how a gRPC client presents it
 UNKNOWN_POLICY = "unknown policy"
 log = logging.getLogger("edge-app.infer-server")
 
@@ -73,7 +77,7 @@ class ChainModel:
         self.frames += n
         out = {"choice": np.zeros((n, 1), np.int32), "exits_run": np.zeros((n, 1), np.int32),
                "probs": np.zeros((n, e, c), np.float32), "segment_ms": np.zeros((n, e), np.float32),
-               "error": np.full((n, 1), b"", dtype=object)}
+               "error": np.full((n, 1), b"", dtype=object), "batch": np.full((n, 1), n, np.int32)}
         for i, o in enumerate(outcomes):
             if isinstance(o, SegmentRunError):
                 raise o  # exit 1 itself failed: the whole batch did (every request gets the error)
@@ -91,7 +95,7 @@ def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_b
           threads: int, address: str) -> None:
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
-    from pytriton.triton import Triton, TritonConfig
+    from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     backend = load_backend("onnxruntime", folder, ("cpu",), threads, 2)
     service = InferenceService(backend)
@@ -100,7 +104,10 @@ def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_b
     e, c = backend.num_exits, len(backend.class_names)
     config = TritonConfig(grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port, grpc_address=address,
                           http_address=address, metrics_address=address, log_verbose=0)
-    with Triton(config=config) as triton:
+    # Triton's restricted endpoints (shared memory, the model repository, statistics...) answer only to this token:
+    # a client on this host that sends frames through shared memory registers its regions with it
+    security = TritonSecurityConfig(access_token=os.environ.get(TOKEN_ENV) or None)
+    with Triton(config=config, security_config=security) as triton:
         triton.bind(model_name=MODEL_NAME, infer_func=batch(model),
                     inputs=[Tensor(name="x", dtype=np.float32, shape=(3, h, w)),
                             Tensor(name="min_exits", dtype=np.int32, shape=(1,)),
@@ -111,7 +118,8 @@ def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_b
                              Tensor(name="exits_run", dtype=np.int32, shape=(1,)),
                              Tensor(name="probs", dtype=np.float32, shape=(e, c)),
                              Tensor(name="segment_ms", dtype=np.float32, shape=(e,)),
-                             Tensor(name="error", dtype=bytes, shape=(1,))],
+                             Tensor(name="error", dtype=bytes, shape=(1,)),
+                             Tensor(name="batch", dtype=np.int32, shape=(1,))],
                     config=ModelConfig(max_batch_size=max_batch,
                                        batcher=DynamicBatcher(max_queue_delay_microseconds=queue_delay_us)),
                     strict=False)

@@ -7,6 +7,11 @@ keep), and its segments for the cheap path. A frame's request carries its policy
 (``models.policy_wire``) the first time this server sees it. Its timeout is the frame's compute budget
 (``ChainRequest.timeout_s``), else ``timeout_s``.
 
+With ``shared_memory`` (client and server on one host), each frame's input goes through a region of system shared
+memory registered with Triton instead of the gRPC message (a pool of regions, one per frame in flight; registered
+again after Triton restarts). Registering is one of Triton's restricted endpoints: it takes the server's access
+token (``EDGE_APP_TRITON_TOKEN`` where ``edge-app infer-server`` runs).
+
 What Triton does not answer (down, refusing, queue full, out of time) is answered from the cheap path when
 ``fallback`` is on: exit 1 on the local segments, counted per reason in ``counts``; the state (``up`` / ``down``
 with the last reason) is in ``status()``. ``ChainOutcome.queue_ms`` is the round trip beyond the segments' own
@@ -16,6 +21,8 @@ its running high percentile.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -28,17 +35,19 @@ from models.policies import ExitPolicy
 from models.policy_wire import encode_policy, policy_key
 from models.runtime import ExitResult
 from models.service import ChainOutcome, ChainRequest, InferenceBackend, InferenceService
-from models.triton_host import MODEL_NAME, UNKNOWN_POLICY
+from models.triton_host import ACCESS_HEADER, MODEL_NAME, UNKNOWN_POLICY
 
 log = logging.getLogger(__name__)
 
-OUTPUTS = ("choice", "exits_run", "probs", "segment_ms", "error")
+OUTPUTS = ("choice", "exits_run", "probs", "segment_ms", "error", "batch")
 
 
 class TritonRunner(InferenceService):
     def __init__(self, backend: InferenceBackend, url: str, model_name: str = MODEL_NAME, timeout_s: float = 1.0,
-                 fallback: bool = True, workers: int = 1, cost_window: int = 256) -> None:
+                 fallback: bool = True, workers: int = 1, cost_window: int = 256, shared_memory: bool = False,
+                 access_token: str | None = None, regions: int = 16) -> None:
         super().__init__(backend, workers, cost_window)
+        self.shm = SharedInputs(regions, self.input_bytes(), access_token) if shared_memory else None
         self.url = url
         self.model_name = model_name
         self.timeout_s = timeout_s
@@ -50,16 +59,25 @@ class TritonRunner(InferenceService):
         self.last_error: str | None = None
         self._encoded: dict[int, tuple[ExitPolicy, str, bytes]] = {}  # id(policy) -> (policy, key, blob)
         self._known: set[str] = set()  # keys this server has acknowledged
+        self.batch_sizes: dict[int, int] = {}  # frames answered, by the size of the Triton batch they ran in
 
     def predicted_costs_ms(self) -> list[float]:
         costs = super().predicted_costs_ms()
         costs[0] += self.overhead.high_ms
         return costs
 
+    def input_bytes(self) -> int:
+        m = self.backend.manifest
+        return 3 * m.input.height * m.input.width * 4
+
     async def stop(self) -> None:
         client, self.client = self.client, None
         if client is not None:
+            if self.shm is not None:
+                await self.shm.release(client)
             await client.close()
+        elif self.shm is not None:
+            self.shm.destroy()
         await super().stop()
 
     async def run(self, request: ChainRequest) -> ChainOutcome:
@@ -82,7 +100,7 @@ class TritonRunner(InferenceService):
     async def _cheap(self, request: ChainRequest, exc: BaseException) -> ChainOutcome:
         why = _reason(exc)
         self.counts[why] += 1
-        if self.state != "down" or self.last_error != why:
+        if self.state != "down" or not (self.last_error or "").startswith(why):
             log.warning("inference: Triton at %s: %s (%s); %s", self.url, why, str(exc)[:200],
                         "answering from the cheap path (exit 1 here)" if self.fallback else "no fallback")
         self.state, self.last_error = "down", f"{why}: {str(exc)[:200]}"
@@ -106,9 +124,28 @@ class TritonRunner(InferenceService):
             self.client = grpcclient.InferenceServerClient(self.url)
         key, blob = self._policy(request.policy)
         timeout = request.timeout_s if request.timeout_s is not None else self.timeout_s
+        x = np.ascontiguousarray(request.x, np.float32)
+        region = await self.shm.take(self.client, x) if self.shm is not None else None
+        try:
+            return await self._infer(grpcclient, InferenceServerException, request, key, blob, x, region, timeout)
+        except BaseException:
+            if self.shm is not None:
+                self.shm.lost()  # Triton may have restarted: register the regions again
+            raise
+        finally:
+            if region is not None and self.shm is not None:
+                self.shm.give(region)
+
+    async def _infer(self, grpcclient: Any, server_error: type[Exception], request: ChainRequest, key: str,
+                     blob: bytes, x: np.ndarray, region: str | None, timeout: float) -> ChainOutcome:
         for attempt in range(2):
             send = blob if key not in self._known or attempt else b""
-            inputs = [_input(grpcclient, "x", request.x.astype(np.float32, copy=False), "FP32"),
+            xin = grpcclient.InferInput("x", list(x.shape), "FP32")
+            if region is None:
+                xin.set_data_from_numpy(x)
+            else:
+                xin.set_shared_memory(region, x.nbytes)
+            inputs = [xin,
                       _input(grpcclient, "min_exits", np.array([[request.min_exits]], np.int32), "INT32"),
                       _input(grpcclient, "max_exits", np.array([[request.max_exits]], np.int32), "INT32"),
                       _input(grpcclient, "policy_key", np.array([[key.encode()]], dtype=object), "BYTES"),
@@ -118,7 +155,7 @@ class TritonRunner(InferenceService):
                 res = await self.client.infer(self.model_name, inputs,
                                               outputs=[grpcclient.InferRequestedOutput(n) for n in OUTPUTS],
                                               client_timeout=max(0.001, timeout))
-            except InferenceServerException as exc:
+            except server_error as exc:
                 if UNKNOWN_POLICY in str(exc) and not attempt:
                     self._known.discard(key)  # a restarted server: send the policy with the frame
                     continue
@@ -138,6 +175,8 @@ class TritonRunner(InferenceService):
             results.append(ExitResult(k, p, label, float(p[label]), float(seg[k])))
             self.costs[k].record(float(seg[k]))
             self.segment_runs[k] += 1
+        size = int(res.as_numpy("batch")[0][0])
+        self.batch_sizes[size] = self.batch_sizes.get(size, 0) + 1
         compute = float(seg[:n].sum())
         queue = max(0.0, round_trip_ms - compute)
         self.overhead.record(queue)
@@ -148,6 +187,55 @@ class TritonRunner(InferenceService):
         return {"kind": "triton", "url": self.url, "model": self.model_name, "state": self.state,
                 "last_error": self.last_error, "fallback": "exit 1 here" if self.fallback else None,
                 "round_trip_beyond_compute_p95_ms": round(self.overhead.high_ms, 2), **self.counts}
+
+
+class SharedInputs:
+    """A pool of system shared-memory regions for frames' inputs, registered with Triton (once per server life)."""
+
+    def __init__(self, count: int, nbytes: int, access_token: str | None) -> None:
+        import uuid
+
+        from tritonclient.utils import shared_memory as shm
+
+        self.shm = shm
+        self.nbytes = nbytes
+        tag = uuid.uuid4().hex[:12]
+        self.names = [f"edge_{tag}_{i}" for i in range(count)]
+        self.handles = {n: shm.create_shared_memory_region(n, f"/{n}", nbytes) for n in self.names}
+        self.free: asyncio.Queue[str] = asyncio.Queue()
+        for n in self.names:
+            self.free.put_nowait(n)
+        self.registered = False
+        self.headers = {ACCESS_HEADER: access_token} if access_token else None
+
+    async def take(self, client: Any, x: np.ndarray) -> str:
+        if not self.registered:
+            for n in self.names:
+                with contextlib.suppress(Exception):  # a region left registered by a client before this one
+                    await client.unregister_system_shared_memory(n, headers=self.headers)
+                await client.register_system_shared_memory(n, f"/{n}", self.nbytes, headers=self.headers)
+            self.registered = True
+        name = await self.free.get()
+        self.shm.set_shared_memory_region(self.handles[name], [x])
+        return name
+
+    def give(self, name: str) -> None:
+        self.free.put_nowait(name)
+
+    def lost(self) -> None:
+        self.registered = False
+
+    async def release(self, client: Any) -> None:
+        with contextlib.suppress(Exception):
+            for n in self.names:
+                await client.unregister_system_shared_memory(n, headers=self.headers)
+        self.destroy()
+
+    def destroy(self) -> None:
+        for h in self.handles.values():
+            with contextlib.suppress(Exception):
+                self.shm.destroy_shared_memory_region(h)
+        self.handles = {}
 
 
 def _input(grpcclient: Any, name: str, value: np.ndarray, dtype: str) -> Any:

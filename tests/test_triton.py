@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -23,12 +20,14 @@ import pytest
 from support.live import DEFAULT_MODEL, REPO, running_app, skip_or_fail
 
 from edge_app.config import AppConfig
+from edge_app.infer_server import kill_process, start_process, wait_ready
 from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, FixedExit, Patience
 from models.policy_store import configured_policy
 from models.policy_wire import decode_policy, encode_policy, policy_key
 from models.service import ChainRequest, InferenceService, load_backend
 
 TRITON_PY = REPO / ".venv-triton" / "bin" / "python"
+TRITON_TOKEN = "triton-token-for-tests-0123456789"
 
 
 def test_every_policy_round_trips_as_data() -> None:
@@ -47,10 +46,10 @@ def test_every_policy_round_trips_as_data() -> None:
 
 
 class Server:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, log: Path) -> None:
         from support.mqtt import free_port
 
-        self.folder = folder
+        self.log = log
         self.grpc, self.http, self.metrics = free_port(), free_port(), free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -59,25 +58,12 @@ class Server:
         return f"127.0.0.1:{self.grpc}"
 
     def start(self) -> float:
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge_app", "infer-server", "--model", str(DEFAULT_MODEL), "--grpc-port",
-             str(self.grpc), "--http-port", str(self.http), "--metrics-port", str(self.metrics)],
-            cwd=REPO, stdout=self.folder.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        while time.monotonic() - t0 < 90:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/models/edge_chain/ready", timeout=1):
-                    return time.monotonic() - t0
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"infer-server exited: {self.folder.read_text()[-2000:]}") from None
-                time.sleep(0.2)
-        raise RuntimeError("Triton was not ready within 90 s")
+        self.proc = start_process(DEFAULT_MODEL, self.grpc, self.http, self.metrics, self.log,
+                                  access_token=TRITON_TOKEN)
+        return wait_ready(self.proc, self.http, self.log)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # PyTriton and the tritonserver it started
-            self.proc.wait(10)
+        kill_process(self.proc)  # PyTriton and the tritonserver it started
         self.proc = None
 
     def metric(self, name: str) -> float:
@@ -112,8 +98,9 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
 
     backend = load_backend("onnxruntime", DEFAULT_MODEL, ("cpu",), 1, 1)
     local, remote = InferenceService(backend), TritonRunner(backend, triton.url)
-    local.start()
-    remote.start()
+    shm = TritonRunner(backend, triton.url, shared_memory=True, access_token=TRITON_TOKEN)  # shared memory
+    for runner in (local, remote, shm):
+        runner.start()
     same = total = 0
     policies = [configured_policy(DEFAULT_MODEL, "auto"), configured_policy(DEFAULT_MODEL, "dynamic-index")]
     try:
@@ -123,10 +110,9 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
                 for lo, hi in ((1, 3), (1, 2), (2, 3)):
                     a = await local.run(ChainRequest(x, policy, lo, hi))
                     b = await remote.run(ChainRequest(x, policy, lo, hi))
+                    c = await shm.run(ChainRequest(x, policy, lo, hi))
                     total += 1
-                    same += (a.choice == b.choice and len(a.results) == len(b.results)
-                             and all(np.allclose(r.probs, s.probs, atol=1e-5)
-                                     for r, s in zip(a.results, b.results, strict=True)))
+                    same += _same(a, b) and _same(a, c)
         up = dict(remote.counts)
         batches = triton.metric("nv_inference_exec_count")
         triton.kill()  # mid-run: the frames go on, answered from the cheap path, each at once
@@ -141,13 +127,18 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
         back = await remote.run(ChainRequest(backend.preprocess(_frames(1)[0]), policies[1], 1, 3))
         again = remote.status()
     finally:
-        await remote.stop()
-        await local.stop()
+        for runner in (remote, shm, local):
+            await runner.stop()
     print(f"triton: {same} of {total} answers as the local runner's; {batches:.0f} executions; killed: {down}, "
           f"cheap-path waits max {1e3 * max(waits):.1f} ms; restarted: {again}")
-    assert same == total and up["remote"] == total and up["cheap_path"] == 0
+    assert same == total and up["remote"] == total and up["cheap_path"] == 0 and shm.counts["remote"] == total
     assert down[1] == "down" and down[0]["cheap_path"] == 20 and max(waits) < 1.0
     assert again["state"] == "up" and again["remote"] == total + 1 and len(back.results) >= 1
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(a.choice == b.choice and len(a.results) == len(b.results)
+                and all(np.allclose(r.probs, s.probs, atol=1e-5) for r, s in zip(a.results, b.results, strict=True)))
 
 
 @pytest.mark.live
