@@ -143,7 +143,8 @@ def _same(a: Any, b: Any) -> bool:
 
 @pytest.mark.live
 @pytest.mark.slow
-async def test_the_app_serves_through_triton(triton: Server, app_config: Callable[..., AppConfig]) -> None:
+async def test_the_app_serves_through_triton_and_goes_on_when_it_is_killed(
+        triton: Server, app_config: Callable[..., AppConfig]) -> None:
     from edge_app.config import load_config
 
     cfg = app_config(demo={"enabled": True, "fps": 15.0})
@@ -152,10 +153,23 @@ async def test_the_app_serves_through_triton(triton: Server, app_config: Callabl
     cfg = load_config(path)
     async with running_app(cfg) as base, aiohttp.ClientSession() as http:
         await asyncio.sleep(4.0)
-        async with http.get(base + "/status") as r:
-            status: dict[str, Any] = await r.json()
-    runner = status["model"]["runner"]
+        up = await _status(http, base)
+        triton.kill()  # mid-session: the camera's frames go on, answered from the cheap path
+        await asyncio.sleep(3.0)
+        down = await _status(http, base)
+        triton.start()
+        await asyncio.sleep(3.0)
+        back = await _status(http, base)
+    print(f"app through Triton: up {json.dumps(up[0])}; down {json.dumps(down[0])}; back {json.dumps(back[0])}; "
+          f"demo analysed {up[1]} / {down[1]} / {back[1]}")
+    assert up[0]["kind"] == "triton" and up[0]["state"] == "up" and up[0]["remote"] >= 30 and up[0]["cheap_path"] == 0
+    assert down[0]["state"] == "down" and down[1] - up[1] >= 30, "3 s without Triton: the camera still analysed"
+    assert down[0]["cheap_path"] >= 30
+    assert back[0]["state"] == "up" and back[0]["remote"] > down[0]["remote"] and back[1] - down[1] >= 30
+
+
+async def _status(http: aiohttp.ClientSession, base: str) -> tuple[dict[str, Any], int]:
+    async with http.get(base + "/status") as r:
+        status: dict[str, Any] = await r.json()
     demo = next(c for c in status["cameras"] if c["name"] == "demo")
-    print(f"app through Triton: {json.dumps(runner)}; demo analysed {demo['frames_analysed']}")
-    assert runner["kind"] == "triton" and runner["state"] == "up" and runner["remote"] >= 30
-    assert runner["cheap_path"] == 0 and demo["frames_analysed"] >= 30
+    return status["model"]["runner"], int(demo["frames_analysed"])

@@ -64,6 +64,20 @@ def cmd_bench_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_triton(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edge_app.bench import triton
+    from edge_app.factory import deployed_model
+
+    if not DEMO_TEST_SPLIT.is_file():
+        print(f"error: needs the demo test split {DEMO_TEST_SPLIT} (edge-app export makes it)", file=sys.stderr)
+        return 2
+    model = deployed_model(load_config(args.config))
+    print(asyncio.run(triton.run(model, DEMO_TEST_SPLIT, args.frames, args.blocks, args.seconds, args.streams)))
+    return 0
+
+
 def cmd_bench_pipeline(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -365,6 +379,14 @@ def add_tool_commands(sub: Any) -> None:
     be.add_argument("--api-events", type=int, default=100_000, help="api: events in the store")
     be.add_argument("--requests", type=int, default=200, help="api: requests per kind")
     be.set_defaults(func=cmd_bench_events)
+    bt = sub.add_parser("bench-triton", help="the shared Triton server against the local runner: per-frame overhead "
+                                             "(gRPC, shared memory), batches with many streams")
+    bt.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    bt.add_argument("--frames", type=int, default=200, help="overhead: frames per block")
+    bt.add_argument("--blocks", type=int, default=3, help="overhead: blocks per mode, taken in turns")
+    bt.add_argument("--seconds", type=float, default=10.0, help="streams: seconds per runner")
+    bt.add_argument("--streams", type=int, default=8)
+    bt.set_defaults(func=cmd_bench_triton)
     bs = sub.add_parser("bench-smoothing", help="label flips and quality jumps with temporal smoothing off and on")
     bs.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     bs.add_argument("--video", type=Path, default=DEMO_TEST_SPLIT, help="demo split .npz")
