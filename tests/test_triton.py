@@ -85,15 +85,15 @@ def triton(tmp_path: Path) -> Iterator[Server]:
         server.kill()
 
 
-def _frames(n: int) -> list[np.ndarray]:
-    with np.load(REPO / "data" / "demo" / "test.npz") as z:
+def _frames(folder: Path, n: int) -> list[np.ndarray]:
+    with np.load(folder / "test.npz") as z:  # the demo data the tests build (conftest), as a fresh clone has none
         return list(z["images"][:n])
 
 
 @pytest.mark.live
 @pytest.mark.slow
 async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_triton_is_killed(
-        triton: Server) -> None:
+        triton: Server, demo_data_dir: Path) -> None:
     from models.triton_runner import TritonRunner
 
     backend = load_backend("onnxruntime", DEFAULT_MODEL, ("cpu",), 1, 1)
@@ -104,7 +104,7 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
     same = total = 0
     policies = [configured_policy(DEFAULT_MODEL, "auto"), configured_policy(DEFAULT_MODEL, "dynamic-index")]
     try:
-        for img in _frames(60):
+        for img in _frames(demo_data_dir, 60):
             x = backend.preprocess(img)
             for policy in policies:
                 for lo, hi in ((1, 3), (1, 2), (2, 3)):
@@ -117,14 +117,14 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
         batches = triton.metric("nv_inference_exec_count")
         triton.kill()  # mid-run: the frames go on, answered from the cheap path, each at once
         waits = []
-        for img in _frames(20):
+        for img in _frames(demo_data_dir, 20):
             t0 = time.perf_counter()
             out = await remote.run(ChainRequest(backend.preprocess(img), policies[0], 1, 3, timeout_s=0.5))
             waits.append(time.perf_counter() - t0)
             assert len(out.results) == 1
         down = dict(remote.counts), remote.status()["state"]
         triton.start()  # a fresh server: it does not know the policy; the runner sends it again
-        back = await remote.run(ChainRequest(backend.preprocess(_frames(1)[0]), policies[1], 1, 3))
+        back = await remote.run(ChainRequest(backend.preprocess(_frames(demo_data_dir, 1)[0]), policies[1], 1, 3))
         again = remote.status()
     finally:
         for runner in (remote, shm, local):
