@@ -28,7 +28,7 @@ async def test_page_health_and_status(base_url: str) -> None:
         async with http.get(f"{base_url}/static/app.js") as r:
             assert r.status == 200
         async with http.get(f"{base_url}/healthz") as r:
-            assert (await r.json()) == {"ok": True}
+            assert (await r.json()) == {"ok": True, "sessions": 0}
         async with http.get(f"{base_url}/status") as r:
             s = await r.json()
     assert s["model"]["providers"][-1] == "CPUExecutionProvider"

@@ -86,6 +86,7 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
             await page.click("#region-set")
             await page.wait_for_function("() => edge.region.saved >= 1 && !document.getElementById('region-box')"
                                          ".hidden")
+            await page.locator("#region-box").scroll_into_view_if_needed()  # the click above scrolled to the button
             box = await page.locator("#region-box").bounding_box()
             await page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
             await page.mouse.down()

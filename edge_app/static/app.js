@@ -390,8 +390,12 @@ function modelChanged(msg) {
 async function whoAmI() {
   try { const r = await api("/api/role"); return r.ok ? (await r.json()).role : "operator"; } catch { return "operator"; }
 }
-edge.role = await whoAmI();
-document.body.classList.toggle("viewer", edge.role === "viewer");
+// Never awaited here: the page must be live (Connect wired) at once, whatever the network does to this request.
+edge.roleKnown = whoAmI().then((role) => {
+  edge.role = role;
+  document.body.classList.toggle("viewer", role === "viewer");
+  return role;
+});
 const teach = initTeach(api, edge);
 initEvents(api, edge);
 $("connect").onclick = connect;

@@ -31,7 +31,7 @@ export function initTeach(api, edge) {
   }
 
   async function refresh() {
-    if (edge.role === "viewer") return;  // teaching is the operator's (403 for a viewer)
+    if ((await edge.roleKnown) === "viewer") return;  // teaching is the operator's (403 for a viewer)
     try {
       const names = (await call("/api/datasets")).datasets.map((d) => d.name);
       if (!names.includes(ds())) await call("/api/datasets", "POST", { name: ds() });
