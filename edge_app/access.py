@@ -197,6 +197,17 @@ class OfferRateLimiter:
         return None if allowed else max(0.0, self.window_s - (t - q[0]))
 
 
+def client_address(request: web.Request, trusted_proxies: list[str]) -> str:
+    """The client a request comes from: the last hop of ``X-Forwarded-For`` when the request comes from a trusted
+    proxy (``[server] trusted_proxies``: the load balancer in front of the boxes), else the peer's address."""
+    remote = request.remote or "unknown"
+    if remote in trusted_proxies:
+        hops = [h.strip() for h in request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
+        if hops:
+            return hops[-1]
+    return remote
+
+
 def tls_context(cfg: AppConfig) -> ssl.SSLContext | None:
     s = cfg.server
     if s.tls_cert is None or s.tls_key is None:

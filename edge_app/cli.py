@@ -18,6 +18,15 @@ log = logging.getLogger("edge_app")
 
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
+    if args.workers > 1:
+        from edge_app.serving import serve_workers
+
+        return serve_workers(cfg, args.config, args.workers, args.host, args.port)
+    if args.worker:  # "i/N": one media worker of serve --workers N (its shard, on the port given)
+        from edge_app.workers import shard
+
+        index, _, count = args.worker.partition("/")
+        cfg = shard(cfg, int(index), int(count), args.port)
     return serve(cfg, args.host, args.port, inference_service)
 
 
@@ -83,6 +92,9 @@ def build_parser(with_tools: bool = True) -> argparse.ArgumentParser:
     s.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     s.add_argument("--host", help="override [server] host")
     s.add_argument("--port", type=int, help="override [server] port")
+    s.add_argument("--workers", type=int, default=1, help="media worker processes behind one control process "
+                   "(cameras sharded across them); 1: everything in this process")
+    s.add_argument("--worker", help=argparse.SUPPRESS)  # i/N, set by the control process
     s.set_defaults(func=cmd_serve)
     f = sub.add_parser("fit-policy", help="fit the dynamic index on the calibration traces, write policy.json")
     model_args(f)

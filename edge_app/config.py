@@ -64,6 +64,8 @@ class ServerConfig(_Section):
     connect_timeout_s: float = Field(15.0, ge=1, le=600, description="close a session that has not connected "
                                      "(ICE + DTLS) this long after its offer, freeing its slot (a tab closed "
                                      "mid-connect, a browser that cannot reach this box)")
+    trusted_proxies: list[str] = Field(default_factory=list, description="addresses of load balancers in front of "
+                                       "this box: from them, X-Forwarded-For names the client (offer limits)")
     cors_origins: list[str] = Field(default_factory=list, description="origins (scheme://host[:port]) of pages "
                                     "served elsewhere that may call the API from a browser; empty: same origin only")
 

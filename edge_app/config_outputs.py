@@ -64,6 +64,8 @@ class MqttConfig(_Section):
     discovery_prefix: str = Field("homeassistant", description="Home Assistant's discovery prefix")
     snapshots: bool = Field(True, description="publish each camera's latest event snapshot (JPEG, retained)")
     stats_interval_s: float = Field(60.0, ge=1, le=3600, description="PREFIX/stats every this many seconds")
+    availability_topic: str | None = Field(None, description="where this process says online/offline (default "
+                                           "PREFIX/available; each worker of serve --workers has its own)")
     queue: int = Field(1000, ge=10, le=1_000_000, description="messages kept while the broker is away; beyond it "
                        "the oldest are dropped and counted")
 

@@ -24,6 +24,7 @@ from aiohttp import web
 from aiortc import RTCSessionDescription
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from edge_app.access import client_address
 from edge_app.appkeys import CONFIG_KEY, HUB_KEY, LIMITER_KEY, METRICS_KEY
 from edge_app.hub import OfferRefused
 from edge_app.peer.session import Asked, PeerSession
@@ -64,7 +65,7 @@ def _refusal(request: web.Request, status: int, reason: str, headers: dict[str, 
 
 def _limited(request: web.Request) -> web.Response | None:
     """429 for a client over ``max_offers_per_minute`` (before its body is even read)."""
-    client = request.remote or "unknown"
+    client = client_address(request, request.app[CONFIG_KEY].server.trusted_proxies)
     retry = request.app[LIMITER_KEY].check(client)
     if retry is None:
         return None
@@ -77,7 +78,7 @@ def _limited(request: web.Request) -> web.Response | None:
 async def _session(request: web.Request, sdp: str, asked: Asked) -> tuple[PeerSession, RTCSessionDescription] | \
         web.Response:
     """The hub's answer; a refusal as the response to send."""
-    client = request.remote or "unknown"
+    client = client_address(request, request.app[CONFIG_KEY].server.trusted_proxies)
     try:
         session, answer = await request.app[HUB_KEY].create_session(RTCSessionDescription(sdp, "offer"), asked)
     except OfferRefused as exc:

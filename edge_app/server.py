@@ -95,7 +95,8 @@ async def index(request: web.Request) -> web.FileResponse:
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
+    """Liveness, and the number of open sessions (a control process or a balancer places offers by it)."""
+    return web.json_response({"ok": True, "sessions": len(request.app[HUB_KEY].sessions)})
 
 
 async def status(request: web.Request) -> web.Response:

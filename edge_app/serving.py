@@ -116,3 +116,26 @@ def setup_logging(verbose: bool) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # no secret reaches a log line, whoever wrote it
         handler.addFilter(RedactingFilter())
+
+
+def serve_workers(cfg: AppConfig, config_path: Any, workers: int, host_arg: str | None, port_arg: int | None) -> int:
+    """``serve --workers N``: the control process on the public port, N media workers on loopback ports above it."""
+    import asyncio
+    from pathlib import Path
+
+    from edge_app.access import tls_context
+    from edge_app.control import create_control_app
+    from edge_app.workers import Supervisor
+
+    host = host_arg or cfg.server.host
+    port = cfg.server.port if port_arg is None else port_arg
+    base = int(os.environ.get("EDGE_APP_WORKER_BASE_PORT", 0)) or (port + 1 if port else 18400)
+    sup = Supervisor(Path(config_path).resolve(), workers, base)
+    app = create_control_app(cfg, sup)
+    log.info("%d media workers on 127.0.0.1:%d-%d behind this control process", workers, base, base + workers - 1)
+    try:
+        asyncio.run(serve_until_signalled(app, host, port, tls_context(cfg), cfg.server.shutdown_timeout_s))
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

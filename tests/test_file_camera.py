@@ -10,31 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import av
 import numpy as np
 import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
+from support.clips import FPS, write_clip
 from support.live import chromium_page, results_channel, running_app
 
 from edge_app.config import AppConfig, ConfigError
 
 pytestmark = [pytest.mark.slow, pytest.mark.live]
 
-FPS = 15
-
-
-def write_clip(path: Path, images: np.ndarray, seconds: float = 2.0) -> Path:
-    """An H.264 MP4 of ``images`` (upscaled to 320x240), ``seconds`` long at 15 fps."""
-    with av.open(str(path), "w") as out:
-        stream = out.add_stream("libx264", rate=FPS)
-        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
-        stream.options = {"bf": "0", "g": str(FPS)}
-        for i in range(int(seconds * FPS)):
-            img = np.ascontiguousarray(np.resize(images[i % len(images)], (240, 320, 3)))
-            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
-            out.mux(stream.encode(frame))
-        out.mux(stream.encode(None))
-    return path
 
 
 async def test_a_file_camera_plays_loops_and_is_analysed(app_config: Callable[..., AppConfig],

@@ -162,7 +162,7 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
                                 args.out))
             return 0
         bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out, args.cameras,
-                       args.results_only)
+                       args.results_only, args.workers)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -404,6 +404,8 @@ def add_tool_commands(sub: Any) -> None:
                      "page's default) instead of annotated video back")
     bss.add_argument("--compare", type=int, metavar="N", help="annotated video back up to --max-sessions, then "
                      "results only up to N sessions, in one run; prints both and the ratios")
+    bss.add_argument("--workers", type=int, default=1, help="serve --workers N (media workers behind a control "
+                                                             "process)")
     bss.add_argument("--out", type=Path, default=Path("artifacts/bench-sessions"))
     bss.set_defaults(func=cmd_bench_sessions)
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "

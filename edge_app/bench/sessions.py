@@ -46,9 +46,10 @@ class Peer:
 
 
 def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of the server: every process in its process group (the control process and its workers)."""
+    from edge_app.bench.triton import group_cpu_s
+
+    return group_cpu_s(pid)
 
 
 def peer_video(npz: Path | None) -> LabelledVideo:
@@ -120,7 +121,7 @@ async def _camera_fps(http: aiohttp.ClientSession, base: str) -> dict[str, int]:
 
 
 async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
-               cameras: int = 0, results_only: bool = False) -> dict[str, Any]:
+               cameras: int = 0, results_only: bool = False, workers: int = 1) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     video = peer_video(npz)
@@ -139,12 +140,14 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
     cfg.write_text(f'[server]\nport = {port}\nmax_sessions = {max_sessions}\nice_host_addresses = ["127.0.0.1"]\n'
                    f'max_offers_per_minute = 1000\n\n[model]\npath = "{model}"\n{cams}')
     server_log = (out / "server.log").open("wb")
-    server = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config", str(cfg)], cwd=REPO,
-                              stdout=server_log, stderr=subprocess.STDOUT)
+    server = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config", str(cfg), "--workers",
+                               str(workers)], cwd=REPO, stdout=server_log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     rows: list[dict[str, Any]] = []
     peers: list[Peer] = []
-    report: dict[str, Any] = {"max_sessions": max_sessions, "window_s": window_s, "cameras": cameras, "rows": rows}
+    report: dict[str, Any] = {"max_sessions": max_sessions, "window_s": window_s, "cameras": cameras, "rows": rows,
+                              "workers": workers}
     try:
         async with aiohttp.ClientSession() as http:
             await wait_healthy(http, base)
@@ -188,7 +191,7 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
         try:
             server.wait(15)
         except subprocess.TimeoutExpired:
-            server.kill()
+            os.killpg(server.pid, 9)  # the control process and its workers
         server_log.close()
         for c in rtsp:
             c.stop()
@@ -238,10 +241,10 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def bench_sessions(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
-                   cameras: int = 0, results_only: bool = False) -> dict[str, Any]:
+                   cameras: int = 0, results_only: bool = False, workers: int = 1) -> dict[str, Any]:
     print("| sessions | results/s per session (slowest / median) | server latency p50 / p95 ms | misses % "
           "| frames/s analysed per camera (slowest) | server CPU % |\n|---|---|---|---|---|---|", flush=True)
-    return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras, results_only))
+    return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras, results_only, workers))
 
 
 def full_rate(rows: list[dict[str, Any]]) -> int:

@@ -48,7 +48,7 @@ class MqttOutput:
                  stats: Callable[[], dict[str, Any]]) -> None:
         self.cfg = cfg
         self.resolve = resolve
-        self.topics = Topics(cfg.prefix, cfg.client_id, cfg.discovery_prefix)
+        self.topics = Topics(cfg.prefix, cfg.client_id, cfg.discovery_prefix, cfg.availability_topic)
         self.event_labels: dict[str, list[str]] = {}  # camera -> its event labels (its binary sensors)
         self.version = version
         self.stats = stats

@@ -31,11 +31,12 @@ def slug(name: str) -> str:
 
 
 class Topics:
-    def __init__(self, prefix: str, client_id: str, discovery_prefix: str = "homeassistant") -> None:
+    def __init__(self, prefix: str, client_id: str, discovery_prefix: str = "homeassistant",
+                 available: str | None = None) -> None:
         self.prefix = prefix
         self.client_id = client_id
         self.discovery_prefix = discovery_prefix
-        self.available = f"{prefix}/available"
+        self.available = available or f"{prefix}/available"
         self.events = f"{prefix}/events"
         self.stats = f"{prefix}/stats"
         self.ha_status = f"{discovery_prefix}/status"

@@ -1,0 +1,293 @@
+"""The control process of ``serve --workers N``: the public HTTP port in front of the media workers.
+
+* The page and its static files are served here.
+* Offers: a camera's viewers (``POST /offer`` with ``camera``, ``POST /whep/NAME``) go to the camera's worker, a
+  browser's own camera (``POST /offer``, ``POST /whip``) to the worker with the fewest sessions; ``max_sessions``
+  and ``max_offers_per_minute`` hold across workers (counted here). ``DELETE``/``PATCH /sessions/ID`` reach the
+  worker that holds the session.
+* ``/status``: every worker's sessions and cameras, and the workers themselves; ``/metrics``: every worker's
+  series with a ``worker`` label. Both pass the client's ``Authorization`` to the workers, which check it.
+* ``POST /api/models/.../deploy`` and ``/api/models/rollback`` reach every worker; ``GET /api/events`` merges the
+  workers' newest; ``/api/events/ID`` asks each; the rest of ``/api`` goes to worker 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from edge_app.access import OfferRateLimiter, client_address
+from edge_app.config import AppConfig
+from edge_app.workers import Supervisor, owner
+
+log = logging.getLogger(__name__)
+
+SUP_KEY = web.AppKey("supervisor", Supervisor)
+CFG_KEY = web.AppKey("config", AppConfig)
+HTTP_KEY = web.AppKey("http", aiohttp.ClientSession)
+STATE_KEY = web.AppKey("state", dict)
+PASS_HEADERS = ("Content-Type", "Location", "ETag", "Retry-After", "Allow", "WWW-Authenticate", "Cache-Control")
+SESSION = re.compile(r"/sessions/([^/?]+)")
+
+
+def _json(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": reason}, status=status, headers=headers)
+
+
+async def forward(request: web.Request, index: int, body: bytes | None = None) -> web.Response:
+    sup = request.app[SUP_KEY]
+    w = sup.workers[index]
+    if not w.alive:
+        return _json(503, f"worker {index} is restarting; retry in a few seconds", {"Retry-After": "2"})
+    headers = {k: v for k, v in request.headers.items() if k in ("Authorization", "Content-Type", "Accept")}
+    headers["X-Forwarded-For"] = client_address(request, request.app[CFG_KEY].server.trusted_proxies)
+    data = await request.read() if body is None else body
+    try:
+        async with request.app[HTTP_KEY].request(request.method, f"http://127.0.0.1:{w.port}{request.path_qs}",
+                                                 data=data, headers=headers,
+                                                 timeout=aiohttp.ClientTimeout(total=30)) as r:
+            payload = await r.read()
+            out = {k: v for k, v in r.headers.items() if k in PASS_HEADERS}
+            return web.Response(status=r.status, body=payload, headers=out)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return _json(503, f"worker {index} did not answer ({type(exc).__name__}); retry", {"Retry-After": "2"})
+
+
+def _least_loaded(app: web.Application) -> int:
+    counts = app[STATE_KEY]["sessions"]
+    alive = [w.index for w in app[SUP_KEY].workers if w.alive] or [0]
+    return min(alive, key=lambda i: counts.get(i, 0))
+
+
+async def offer(request: web.Request) -> web.Response:
+    app, cfg = request.app, request.app[CFG_KEY]
+    retry = app[STATE_KEY]["limiter"].check(client_address(request, cfg.server.trusted_proxies))
+    if retry is not None:
+        return _json(429, f"too many offers: at most {cfg.server.max_offers_per_minute} a minute "
+                          "([server] max_offers_per_minute)", {"Retry-After": str(max(1, round(retry)))})
+    total = sum(app[STATE_KEY]["sessions"].values())
+    if total >= cfg.server.max_sessions:
+        return _json(503, f"{total} sessions open across the workers: the limit is {cfg.server.max_sessions} "
+                          "([server] max_sessions)", {"Retry-After": "10"})
+    body = await request.read()
+    camera = request.match_info.get("camera")
+    if camera is None and request.path == "/offer":
+        with contextlib.suppress(ValueError, AttributeError):
+            camera = json.loads(body).get("camera")
+    index = owner(cfg, camera, len(app[SUP_KEY].workers)) if camera else _least_loaded(app)
+    resp = await forward(request, index, body)
+    if resp.status in (200, 201):
+        app[STATE_KEY]["sessions"][index] = app[STATE_KEY]["sessions"].get(index, 0) + 1
+        sid = None
+        m = SESSION.search(resp.headers.get("Location", ""))
+        if m:
+            sid = m.group(1)
+        elif resp.content_type == "application/json":
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                sid = json.loads(resp.body).get("session")  # type: ignore[arg-type]
+        if sid:
+            app[STATE_KEY]["where"][sid] = index
+    return resp
+
+
+async def session_route(request: web.Request) -> web.Response:
+    index = request.app[STATE_KEY]["where"].get(request.match_info["id"])
+    if index is None:
+        return _json(404, f"no session {request.match_info['id']!r}")
+    return await forward(request, index)
+
+
+async def to_all(request: web.Request) -> web.Response:
+    """Deploy and roll back: every worker serves the same model; worker 0's answer is returned."""
+    body = await request.read()
+    answers = [await forward(request, w.index, body) for w in request.app[SUP_KEY].workers]
+    return answers[0]
+
+
+async def to_first(request: web.Request) -> web.Response:
+    return await forward(request, 0)
+
+
+async def each(request: web.Request, path: str) -> list[tuple[int, int, Any]]:
+    """GET ``path`` from every live worker with the client's Authorization: (worker, status, JSON or None)."""
+    headers = {k: v for k, v in request.headers.items() if k == "Authorization"}
+
+    async def one(w: Any) -> tuple[int, int, Any]:
+        try:
+            async with request.app[HTTP_KEY].get(f"http://127.0.0.1:{w.port}{path}", headers=headers,
+                                                 timeout=aiohttp.ClientTimeout(total=5)) as r:
+                text = await r.text()
+                try:
+                    return w.index, r.status, json.loads(text)
+                except ValueError:
+                    return w.index, r.status, text
+        except (aiohttp.ClientError, TimeoutError):
+            return w.index, 0, None
+
+    return list(await asyncio.gather(*(one(w) for w in request.app[SUP_KEY].workers if w.alive)))
+
+
+async def status(request: web.Request) -> web.Response:
+    got = await each(request, "/status")
+    ok = [(i, s) for i, code, s in got if code == 200 and isinstance(s, dict)]
+    if not ok:
+        denied = next(((code, s) for _, code, s in got if code in (401, 403)), None)
+        if denied is not None:
+            return web.json_response(denied[1], status=denied[0])
+        return _json(503, "no worker answered /status")
+    base = dict(ok[0][1])
+    base["sessions"] = [dict(s, worker=i) for i, st in ok for s in st.get("sessions", [])]
+    base["cameras"] = [dict(c, worker=i) for i, st in ok for c in st.get("cameras", [])]
+    base["workers"] = [w.status() for w in request.app[SUP_KEY].workers]
+    for w in base["workers"]:
+        w["sessions"] = sum(1 for s in base["sessions"] if s["worker"] == w["index"])
+    return web.json_response(base)
+
+
+def relabel(text: str, worker: int, seen: set[str]) -> list[str]:
+    """A worker's exposition with ``worker="i"`` on every sample; each HELP/TYPE line once."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if line not in seen:
+                seen.add(line)
+                out.append(line)
+            continue
+        if not line.strip():
+            continue
+        name, _, rest = line.partition(" ")
+        if "{" in name:
+            name = name[:-1] + f',worker="{worker}"}}' if name.endswith("}") else name
+        else:
+            name = f'{name}{{worker="{worker}"}}'
+        out.append(f"{name} {rest}")
+    return out
+
+
+async def metrics(request: web.Request) -> web.Response:
+    got = await each(request, "/metrics")
+    if got and all(code in (401, 403) for _, code, _ in got):
+        return web.Response(status=got[0][1], text="unauthorized")
+    seen: set[str] = set()
+    lines: list[str] = []
+    for i, code, text in got:
+        if code == 200 and isinstance(text, str):
+            lines += relabel(text, i, seen)
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+
+async def events(request: web.Request) -> web.Response:
+    got = await each(request, request.path_qs)
+    pages = [s for _, code, s in got if code == 200 and isinstance(s, dict)]
+    if not pages:
+        return web.json_response(got[0][2] if got else {"error": "no worker answered"},
+                                 status=got[0][1] if got and got[0][1] else 503)
+    limit = int(request.query.get("limit", "50")) if request.query.get("limit", "50").isdigit() else 50
+    merged = sorted((e for p in pages for e in p["events"]), key=lambda e: (e["start"], e["id"]), reverse=True)
+    # one page of the newest across the workers; "next" pages within each worker are not merged
+    return web.json_response({"events": merged[:limit], "next": None})
+
+
+async def one_event(request: web.Request) -> web.Response:
+    for w in request.app[SUP_KEY].workers:
+        if w.alive:
+            resp = await forward(request, w.index)
+            if resp.status != 404:
+                return resp
+    return _json(404, f"no event {request.match_info['id']!r}")
+
+
+async def live(request: web.Request) -> web.StreamResponse:
+    """Every worker's ``/api/events/live``, merged into one stream (whole Server-Sent Events blocks)."""
+    headers = {k: v for k, v in request.headers.items() if k == "Authorization"}
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    queue: asyncio.Queue[bytes] = asyncio.Queue(256)
+
+    async def pump(w: Any) -> None:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with request.app[HTTP_KEY].get(f"http://127.0.0.1:{w.port}/api/events/live", headers=headers,
+                                                 timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as r:
+                buf = b""
+                async for chunk in r.content.iter_any():
+                    buf += chunk
+                    while b"\n\n" in buf:
+                        block, buf = buf.split(b"\n\n", 1)
+                        await queue.put(block + b"\n\n")
+
+    pumps = [asyncio.create_task(pump(w)) for w in request.app[SUP_KEY].workers if w.alive]
+    await resp.prepare(request)
+    try:
+        while not all(p.done() for p in pumps) or not queue.empty():
+            with contextlib.suppress(TimeoutError):
+                await resp.write(await asyncio.wait_for(queue.get(), 15.0))
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        for p in pumps:
+            p.cancel()
+    return resp
+
+
+async def poll_sessions(app: web.Application) -> None:
+    """Each worker's open sessions, every second (offers placed meanwhile are counted at once)."""
+    while True:
+        for w in app[SUP_KEY].workers:
+            n = 0
+            if w.alive:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+                    async with app[HTTP_KEY].get(f"http://127.0.0.1:{w.port}/healthz",
+                                                 timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        n = int((await r.json()).get("sessions", 0))
+            app[STATE_KEY]["sessions"][w.index] = n
+        await asyncio.sleep(1.0)
+
+
+def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
+    from edge_app.server import STATIC_DIR, index
+
+    app = web.Application(client_max_size=1 << 20)
+    app[CFG_KEY], app[SUP_KEY] = cfg, sup
+    app[STATE_KEY] = {"sessions": {}, "where": {}, "limiter": OfferRateLimiter(cfg.server.max_offers_per_minute)}
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        app[HTTP_KEY] = aiohttp.ClientSession()
+        tasks = [asyncio.create_task(sup.run(), name="supervisor"),
+                 asyncio.create_task(poll_sessions(app), name="poll-sessions")]
+        yield
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await sup.stop()
+        await app[HTTP_KEY].close()
+
+    app.cleanup_ctx.append(lifecycle)
+    r = app.router
+    r.add_get("/", index)
+    r.add_static("/static/", STATIC_DIR)
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "sessions": sum(app[STATE_KEY]["sessions"].values()),
+                                  "workers": [w.alive for w in sup.workers]})
+
+    r.add_get("/healthz", healthz)
+    r.add_get("/status", status)
+    r.add_get("/metrics", metrics)
+    for path in ("/offer", "/whip", "/whep/{camera}"):
+        r.add_post(path, offer)
+    r.add_route("DELETE", "/sessions/{id}", session_route)
+    r.add_route("PATCH", "/sessions/{id}", session_route)
+    r.add_post("/api/models/rollback", to_all)
+    r.add_post("/api/models/{name}/deploy", to_all)
+    r.add_get("/api/events", events)
+    r.add_get("/api/events/live", live)
+    r.add_route("*", "/api/events/{id}", one_event)
+    r.add_get("/api/events/{id}/snapshot.jpg", one_event)
+    r.add_route("*", "/api/{tail:.*}", to_first)
+    return app

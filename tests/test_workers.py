@@ -1,0 +1,122 @@
+"""``edge-app serve --workers 2`` for real: a control process and two media workers, a file camera on each, a
+browser session (Chromium) through the control process; /status and /metrics show both workers; a worker SIGKILLed
+is restarted and its camera resumes, and a peer can watch it again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+from aiortc import RTCPeerConnection, RTCSessionDescription
+from support.clips import write_clip
+from support.live import REPO, results_channel
+from support.mqtt import free_port
+
+from edge_app.bench.testvideo import LabelledVideo, write_y4m
+from edge_app.config import AppConfig
+
+pytestmark = [pytest.mark.slow, pytest.mark.live, pytest.mark.browser]
+
+
+async def _status(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    async with http.get(base + "/status") as r:
+        assert r.status == 200, await r.text()
+        return await r.json()  # type: ignore[no-any-return]
+
+
+async def _watch(http: aiohttp.ClientSession, base: str, camera: str, seconds: float) -> int:
+    pc = RTCPeerConnection()
+    results: list[dict[str, Any]] = []
+    results_channel(pc, results.append)
+    await pc.setLocalDescription(await pc.createOffer())
+    async with http.post(base + "/offer", json={"sdp": pc.localDescription.sdp, "type": "offer",
+                                                "camera": camera}) as r:
+        answer = await r.json()
+        assert r.status == 200, answer
+    await pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
+    await asyncio.sleep(seconds)
+    await pc.close()
+    return sum(1 for x in results if x.get("source") == camera)
+
+
+async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
+        app_config: Callable[..., AppConfig], demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path,
+        browser: Any) -> None:
+    porch = write_clip(tmp_path / "porch.mp4", demo_test_split[0][:30])
+    yard = write_clip(tmp_path / "yard.mp4", demo_test_split[0][30:60])
+    port, base_port = free_port(), free_port()
+    cfg = app_config(cameras=[{"name": "porch", "kind": "file", "path": str(porch)},
+                              {"name": "yard", "kind": "file", "path": str(yard)}],
+                     server={"ice_host_addresses": ["127.0.0.1"], "port": port})
+    log = (tmp_path / "control.log").open("wb")
+    control = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config",
+                                str(cfg.base_dir / "config.toml"), "--workers", "2"], cwd=REPO, stdout=log,
+                               stderr=subprocess.STDOUT, env={**os.environ, "EDGE_APP_WORKER_BASE_PORT":
+                                                              str(base_port)})
+    base = f"http://127.0.0.1:{port}"
+    camera = write_y4m(tmp_path / "camera.y4m", LabelledVideo(demo_test_split[0][:60], demo_test_split[1][:60], 2))
+    try:
+        async with aiohttp.ClientSession() as http:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 90:  # both workers load the model
+                try:
+                    st = await _status(http, base)
+                    if len(st["workers"]) == 2 and len(st["cameras"]) == 2 and all(
+                            c["state"] == "streaming" for c in st["cameras"]):
+                        break
+                except (aiohttp.ClientError, AssertionError, KeyError):
+                    pass
+                await asyncio.sleep(0.5)
+            async with browser(camera) as page:
+                await page.goto(f"{base}/")
+                await page.click("#connect")
+                await page.wait_for_function("() => window.edge.error || window.edge.results >= 45", timeout=40_000)
+                page_state = await page.evaluate("() => ({error: edge.error, results: edge.results, "
+                                                 "session: edge.session})")
+                both = await _status(http, base)
+            async with http.get(base + "/metrics") as r:
+                metrics = await r.text()
+            victim = next(w for w in both["workers"] if w["index"] == 1)
+            os.kill(victim["pid"], signal.SIGKILL)
+            killed = time.monotonic()
+            while time.monotonic() - killed < 30:
+                st = await _status(http, base)
+                w1 = next(w for w in st["workers"] if w["index"] == 1)
+                yard_cam = [c for c in st["cameras"] if c["name"] == "yard"]
+                if w1["alive"] and w1["restarts"] == 1 and yard_cam and yard_cam[0]["frames_analysed"] > 15:
+                    break
+                await asyncio.sleep(0.5)
+            back_s = time.monotonic() - killed
+            watched = await _watch(http, base, "yard", 3.0)
+            after = await _status(http, base)
+    finally:
+        control.send_signal(signal.SIGTERM)
+        try:
+            control.wait(30)
+        except subprocess.TimeoutExpired:
+            control.kill()
+    leftovers = subprocess.run(["pgrep", "-f", f"--worker .*/2 --port {base_port}"], capture_output=True, text=True)
+    cams = {c["name"]: c["worker"] for c in both["cameras"]}
+    print(f"workers: cameras {cams}; browser {page_state}; sessions {[(s['worker']) for s in both['sessions']]}; "
+          f"worker 1 back with its camera in {back_s:.1f} s; a peer watching yard after: {watched} results; "
+          f"workers after {json.dumps(after['workers'])}")
+    assert cams == {"porch": 0, "yard": 1}, "camera k on worker k mod 2"
+    assert page_state["error"] is None and page_state["results"] >= 45
+    assert len(both["sessions"]) == 1 and all(w["alive"] for w in both["workers"])
+    assert re.search(r'edge_frames_analysed_total\{.*worker="0"', metrics)
+    assert re.search(r'edge_frames_analysed_total\{.*worker="1"', metrics)
+    assert back_s < 30 and watched >= 15
+    assert [w["restarts"] for w in after["workers"]] == [0, 1]
+    assert control.returncode == 0 and leftovers.stdout.strip() == "", "the workers stop with the control process"
