@@ -240,14 +240,15 @@ async def poll_sessions(app: web.Application) -> None:
     """Each worker's open sessions, every second (offers placed meanwhile are counted at once)."""
     while True:
         for w in app[SUP_KEY].workers:
-            n = 0
+            n, ready = 0, False
             if w.alive:
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                     async with app[HTTP_KEY].get(f"http://127.0.0.1:{w.port}/healthz",
                                                  timeout=aiohttp.ClientTimeout(total=2)) as r:
-                        n = int((await r.json()).get("sessions", 0))
+                        n, ready = int((await r.json()).get("sessions", 0)), r.status == 200
             app[STATE_KEY]["sessions"][w.index] = n
-        await asyncio.sleep(1.0)
+            app[STATE_KEY]["ready"][w.index] = ready
+        await asyncio.sleep(0.5 if not all(app[STATE_KEY]["ready"].values()) else 1.0)
 
 
 def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
@@ -255,7 +256,8 @@ def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
 
     app = web.Application(client_max_size=1 << 20)
     app[CFG_KEY], app[SUP_KEY] = cfg, sup
-    app[STATE_KEY] = {"sessions": {}, "where": {}, "limiter": OfferRateLimiter(cfg.server.max_offers_per_minute)}
+    app[STATE_KEY] = {"sessions": {}, "where": {}, "ready": {},
+                      "limiter": OfferRateLimiter(cfg.server.max_offers_per_minute)}
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         app[HTTP_KEY] = aiohttp.ClientSession()
@@ -273,8 +275,10 @@ def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
     r.add_get("/", index)
     r.add_static("/static/", STATIC_DIR)
     async def healthz(request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "sessions": sum(app[STATE_KEY]["sessions"].values()),
-                                  "workers": [w.alive for w in sup.workers]})
+        """200 once every worker answers (a balancer or a script waits for it), else 503."""
+        ready = [app[STATE_KEY]["ready"].get(w.index, False) for w in sup.workers]
+        return web.json_response({"ok": all(ready), "sessions": sum(app[STATE_KEY]["sessions"].values()),
+                                  "workers": ready}, status=200 if all(ready) else 503)
 
     r.add_get("/healthz", healthz)
     r.add_get("/status", status)
