@@ -44,6 +44,10 @@ class ExitPlan:
     min_exits: int  # the depth window: at least ...
     max_exits: int  # ... and at most this many exits run
     predicted_ms: tuple[float, ...]  # each segment's predicted (high-percentile) cost
+    budget_ms: float = 0.0  # the frame's compute budget: a remote runner waits no longer (ChainRequest.timeout_s)
+
+
+MIN_WAIT_MS = 2.0  # a frame already out of budget still gets a chance at a remote runner before the cheap path
 
 
 class FrameScheduler:
@@ -65,10 +69,12 @@ class FrameScheduler:
         fit = exits_that_fit(compute_budget_ms, predicted)
         n = self.service.num_exits
         lo, hi = depth_window(self._previous_exits_run, fit if self.truncate else n, n, self.max_depth_step)
-        return ExitPlan(horizon=fit, min_exits=lo, max_exits=hi, predicted_ms=tuple(predicted))
+        return ExitPlan(horizon=fit, min_exits=lo, max_exits=hi, predicted_ms=tuple(predicted),
+                        budget_ms=compute_budget_ms)
 
     def request(self, x: np.ndarray, plan: ExitPlan, policy: ExitPolicy | None = None) -> ChainRequest:
-        return ChainRequest(x=x, policy=policy or self.policy, min_exits=plan.min_exits, max_exits=plan.max_exits)
+        return ChainRequest(x=x, policy=policy or self.policy, min_exits=plan.min_exits, max_exits=plan.max_exits,
+                            timeout_s=max(MIN_WAIT_MS, plan.budget_ms) / 1e3)
 
     def decision(self, plan: ExitPlan, outcome: ChainOutcome, compute_budget_ms: float) -> FrameDecision:
         ran = len(outcome.results)
@@ -76,7 +82,9 @@ class FrameScheduler:
         return FrameDecision(exit_index=outcome.choice, exits_run=ran, horizon=plan.horizon,
                              result=outcome.results[outcome.choice],
                              predicted_ms=float(sum(plan.predicted_ms[:ran])), actual_ms=outcome.actual_ms,
-                             compute_budget_ms=compute_budget_ms, deadline_met=outcome.actual_ms <= compute_budget_ms,
+                             compute_budget_ms=compute_budget_ms,
+                             # as users see it: a remote runner's round trip counts against the budget too
+                             deadline_met=outcome.actual_ms + outcome.queue_ms <= compute_budget_ms,
                              segments_ms=tuple(r.segment_ms for r in outcome.results), error=outcome.error)
 
     async def analyse(self, x: np.ndarray, compute_budget_ms: float, policy: ExitPolicy | None = None

@@ -92,9 +92,9 @@ class ChainModel:
 
 
 def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_batch: int, queue_delay_us: int,
-          threads: int, address: str) -> None:
+          threads: int, address: str, max_queue: int = 0) -> None:
     from pytriton.decorators import batch
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     backend = load_backend("onnxruntime", folder, ("cpu",), threads, 2)
@@ -120,8 +120,10 @@ def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_b
                              Tensor(name="segment_ms", dtype=np.float32, shape=(e,)),
                              Tensor(name="error", dtype=bytes, shape=(1,)),
                              Tensor(name="batch", dtype=np.int32, shape=(1,))],
-                    config=ModelConfig(max_batch_size=max_batch,
-                                       batcher=DynamicBatcher(max_queue_delay_microseconds=queue_delay_us)),
+                    config=ModelConfig(max_batch_size=max_batch, batcher=DynamicBatcher(
+                        max_queue_delay_microseconds=queue_delay_us,
+                        # a full queue rejects at once: the client answers that frame from its cheap path
+                        default_queue_policy=QueuePolicy(max_queue_size=max_queue))),
                     strict=False)
         print(f"infer-server: model {backend.manifest.name} ({e} exits, {c} classes, {h}x{w}) as {MODEL_NAME}; "
               f"gRPC {address}:{grpc_port}, HTTP {http_port}, metrics {metrics_port}; batches up to {max_batch} "
@@ -139,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--queue-delay-us", type=int, default=2000, help="the dynamic batcher's window")
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
+    p.add_argument("--max-queue", type=int, default=0, help="frames waiting at most; more are rejected (0: no limit)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    serve(a.model, a.grpc_port, a.http_port, a.metrics_port, a.max_batch, a.queue_delay_us, a.threads, a.address)
+    serve(a.model, a.grpc_port, a.http_port, a.metrics_port, a.max_batch, a.queue_delay_us, a.threads, a.address,
+          a.max_queue)
     return 0
 
 

@@ -100,10 +100,15 @@ class TritonRunner(InferenceService):
     async def _cheap(self, request: ChainRequest, exc: BaseException) -> ChainOutcome:
         why = _reason(exc)
         self.counts[why] += 1
-        if self.state != "down" or not (self.last_error or "").startswith(why):
-            log.warning("inference: Triton at %s: %s (%s); %s", self.url, why, str(exc)[:200],
-                        "answering from the cheap path (exit 1 here)" if self.fallback else "no fallback")
-        self.state, self.last_error = "down", f"{why}: {str(exc)[:200]}"
+        if why != "unavailable" and self.state == "up":  # up but full, or this frame out of time: not down
+            if self.counts[why] in (1, 10, 100) or self.counts[why] % 1000 == 0:
+                log.warning("inference: Triton at %s: %d frames %s so far (%s), answered from the cheap path",
+                            self.url, self.counts[why], why, str(exc)[:200])
+        else:
+            if self.state != "down" or not (self.last_error or "").startswith(why):
+                log.warning("inference: Triton at %s: %s (%s); %s", self.url, why, str(exc)[:200],
+                            "answering from the cheap path (exit 1 here)" if self.fallback else "no fallback")
+            self.state, self.last_error = "down", f"{why}: {str(exc)[:200]}"
         if not self.fallback:
             raise SegmentRunError(f"Triton at {self.url}: {why}") from exc
         self.counts["cheap_path"] += 1
@@ -246,6 +251,8 @@ def _input(grpcclient: Any, name: str, value: np.ndarray, dtype: str) -> Any:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc).lower()
+    if "queue" in text:  # Triton's "Exceeds maximum queue size" (gRPC UNAVAILABLE): full, not down
+        return "rejected"
     if isinstance(exc, TimeoutError) or "deadline" in text or "timeout" in text:
         return "timeout"
     if "unavailable" in text or "connect" in text or isinstance(exc, OSError):

@@ -57,9 +57,9 @@ class Server:
     def url(self) -> str:
         return f"127.0.0.1:{self.grpc}"
 
-    def start(self) -> float:
+    def start(self, max_queue: int = 64) -> float:
         self.proc = start_process(DEFAULT_MODEL, self.grpc, self.http, self.metrics, self.log,
-                                  access_token=TRITON_TOKEN)
+                                  access_token=TRITON_TOKEN, max_queue=max_queue)
         return wait_ready(self.proc, self.http, self.log)
 
     def kill(self) -> None:
@@ -134,6 +134,37 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
     assert same == total and up["remote"] == total and up["cheap_path"] == 0 and shm.counts["remote"] == total
     assert down[1] == "down" and down[0]["cheap_path"] == 20 and max(waits) < 1.0
     assert again["state"] == "up" and again["remote"] == total + 1 and len(back.results) >= 1
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_a_full_triton_queue_rejects_at_once_and_every_frame_is_still_answered(
+        tmp_path: Path, demo_data_dir: Path) -> None:
+    """Triton with room for 1 waiting frame and a burst of 48 frames at once: the ones it rejects are answered from
+    the cheap path (counted ``rejected``), none waits for the others, every frame gets an answer."""
+    from models.triton_runner import TritonRunner
+
+    if not TRITON_PY.exists():
+        skip_or_fail("needs the Triton environment (bash tools/triton-env.sh; .ci/test makes it)")
+    server = Server(tmp_path / "triton.log")
+    server.start(max_queue=1)
+    backend = load_backend("onnxruntime", DEFAULT_MODEL, ("cpu",), 1, 1)
+    remote = TritonRunner(backend, server.url)
+    remote.start()
+    policy = configured_policy(DEFAULT_MODEL, "auto")
+    try:
+        xs = [backend.preprocess(img) for img in _frames(demo_data_dir, 48)]
+        await remote.run(ChainRequest(xs[0], policy, 1, 3))  # connected, the policy known
+        t0 = time.perf_counter()
+        outs = await asyncio.gather(*(remote.run(ChainRequest(x, policy, 1, 3, timeout_s=2.0)) for x in xs))
+        wall = time.perf_counter() - t0
+    finally:
+        await remote.stop()
+        server.kill()
+    print(f"full queue: {remote.counts} in {wall * 1e3:.0f} ms for 48 frames at once")
+    assert len(outs) == 48 and all(len(o.results) >= 1 for o in outs)
+    assert remote.counts["rejected"] >= 1 and remote.counts["timeout"] == 0
+    assert remote.counts["remote"] + remote.counts["cheap_path"] == 49 and wall < 2.0
 
 
 def _same(a: Any, b: Any) -> bool:
