@@ -101,9 +101,13 @@ async def test_browser_style_session_end_to_end(app_config: Callable[..., Any], 
           f"RTT {last['network']['rtt_ms']:.2f} ms, bitrate {last['network']['bitrate_bps']:.0f}")
     print("last result:", json.dumps(last))
     assert accuracy >= 0.8, f"results should match the video's labels at about the model's accuracy ({accuracy})"
-    # one stall of the shared 2-core box (client and server in this one process) may cost one frame; a pattern not
+    # one stall of the shared 2-core box (client and server in this one process: a CI run logged one of 349 ms,
+    # all of it CPU in this process) makes the frames due in it late, one after another; a pattern of misses, or
+    # more than one stall's worth, is a failure
     missed = [r["frame"] for r in results[-60:] if not r["deadline_met"]]
-    assert len(missed) <= 1, f"loopback frames should be well within budget: missed {missed}"
+    runs = [m for i, m in enumerate(missed) if i == 0 or m - missed[i - 1] > 3]
+    assert len(runs) <= 1 and (not missed or missed[-1] - missed[0] <= 12), \
+        f"loopback frames should be well within budget: missed {missed}"
     assert frames, "no annotated frame came back"
     back = frames[-1].to_ndarray(format="rgb24")
     assert back.shape in ((480, 640, 3), (240, 320, 3)), "full size, or half under 300 kbit/s (the rate's)"
