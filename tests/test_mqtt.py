@@ -19,7 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 from support.live import REPO, running_app
-from support.mqtt import Broker, Subscriber, broker, make_tls, need_mosquitto, publish
+from support.mqtt import Broker, Subscriber, broker, free_port, make_tls, need_mosquitto, publish
 
 from edge_app.config import AppConfig
 from edge_app.events.topics import Topics
@@ -177,7 +177,7 @@ def test_sigkill_makes_the_broker_say_offline_and_tls_with_a_password_never_show
                          username="edge", password=password)
         cfg = _demo(app_config, tmp_path, mqtt)
         log = tmp_path / "app.log"
-        port = _free_port()
+        port = free_port()
         with log.open("wb") as out:
             app = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config",
                                     str(cfg.base_dir / "config.toml"), "--port", str(port)], cwd=REPO, stdout=out,
@@ -198,12 +198,6 @@ def test_sigkill_makes_the_broker_say_offline_and_tls_with_a_password_never_show
     assert status["events"]["mqtt"]["tls"] is True and status["events"]["mqtt"]["connected"] is True
     text = log.read_text() + json.dumps(status)
     assert password not in text and "mqtt: connected" in text
-
-
-def _free_port() -> int:
-    from support.mqtt import free_port
-
-    return free_port()
 
 
 def _get_status(port: int) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import asyncio
 import json
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 from support.live import DEFAULT_MODEL, REPO, running_app, skip_or_fail
 
+from edge_app.bench.triton import same as same_answers
 from edge_app.config import AppConfig
 from edge_app.infer_server import kill_process, start_process, wait_ready
 from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, FixedExit, Patience
@@ -67,9 +67,9 @@ class Server:
         self.proc = None
 
     def metric(self, name: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+        from edge_app.bench.triton import metric
+
+        return metric(self.metrics, name)
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
                     b = await remote.run(ChainRequest(x, policy, lo, hi))
                     c = await shm.run(ChainRequest(x, policy, lo, hi))
                     total += 1
-                    same += _same(a, b) and _same(a, c)
+                    same += same_answers(a, b) and same_answers(a, c)
         up = dict(remote.counts)
         batches = triton.metric("nv_inference_exec_count")
         triton.kill()  # mid-run: the frames go on, answered from the cheap path, each at once
@@ -165,11 +165,6 @@ async def test_a_full_triton_queue_rejects_at_once_and_every_frame_is_still_answ
     assert len(outs) == 48 and all(len(o.results) >= 1 for o in outs)
     assert remote.counts["rejected"] >= 1 and remote.counts["timeout"] == 0
     assert remote.counts["remote"] + remote.counts["cheap_path"] == 49 and wall < 2.0
-
-
-def _same(a: Any, b: Any) -> bool:
-    return bool(a.choice == b.choice and len(a.results) == len(b.results)
-                and all(np.allclose(r.probs, s.probs, atol=1e-5) for r, s in zip(a.results, b.results, strict=True)))
 
 
 @pytest.mark.live

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from edge_app.bench.rtsp_camera import free_port
 from edge_app.config import AppConfig
 from edge_app.config_outputs import MqttConfig, WebhookConfig
 from edge_app.events.detector import Event, EventChange, StateTracker
@@ -56,12 +57,6 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 SECRET = "bench-webhook-secret-0123456789"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and proc.poll() is None:
@@ -79,7 +74,7 @@ def mosquitto(folder: Path) -> Iterator[int | None]:
         print("no mosquitto here (apt-get install mosquitto): MQTT is left out of this run", file=sys.stderr)
         yield None
         return
-    port = _free_port()
+    port = free_port()
     conf = folder / "mosquitto.conf"
     conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest none\n"
                     + ("user root\n" if os.geteuid() == 0 else ""))
@@ -94,7 +89,7 @@ def mosquitto(folder: Path) -> Iterator[int | None]:
 
 @contextlib.contextmanager
 def receiver() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", RECEIVER, str(port)], stderr=subprocess.DEVNULL)
     try:
         _wait_port(port, proc)

@@ -22,20 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from edge_app.bench.rtsp_camera import free_port
 from edge_app.infer_server import kill_process, start_process, wait_ready
 from models.policy_store import configured_policy
 from models.service import ChainOutcome, ChainRequest, InferenceService, load_backend
 from models.triton_runner import TritonRunner
 
 TOKEN = "bench-triton-token-0123456789abcdef"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def group_cpu_s(pgid: int) -> float:
@@ -69,7 +62,7 @@ def same(a: ChainOutcome, b: ChainOutcome) -> bool:
 
 async def run(model: Path, frames_npz: Path, frames: int, blocks: int, seconds: float, streams: int) -> str:
     with tempfile.TemporaryDirectory() as tmp:
-        grpc, http, mport = _free_port(), _free_port(), _free_port()
+        grpc, http, mport = free_port(), free_port(), free_port()
         log = Path(tmp) / "triton.log"
         proc = start_process(model, grpc, http, mport, log, access_token=TOKEN)
         try:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edge_app.bench.rtsp_camera import free_port
 from support.live import skip_or_fail
 
 
@@ -26,12 +27,6 @@ def need_mosquitto() -> None:
 
 def _tool(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
