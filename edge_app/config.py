@@ -90,7 +90,9 @@ class TritonBackend(_Section):
     model_name: str = Field("edge_chain", min_length=1, description="the chain's model name on that server")
     timeout_s: float = Field(1.0, gt=0, le=60, description="a frame's wait when it carries no compute budget")
     fallback: bool = Field(True, description="what Triton does not answer (down, full, late) is answered from the "
-                           "cheap path: exit 1 on this box's ONNX Runtime, counted")
+                           "cheap path on this box's ONNX Runtime, counted")
+    fallback_max_exit: int = Field(1, ge=1, le=16, description="the cheap path's operating point: frames answered "
+                                   "here run the frame's own policy up to this exit (1: exit 1 only, the cheapest)")
     shared_memory: bool = Field(False, description="send frames through system shared memory (the server on this "
                                 "host) instead of inside the gRPC message; needs access_token")
     access_token: str | None = Field(None, min_length=16, max_length=512, description="the infer-server's "

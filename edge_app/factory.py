@@ -35,7 +35,7 @@ def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
 
         t = m.backend
         return TritonRunner(backend, t.url, t.model_name, t.timeout_s, t.fallback, m.workers, m.cost_window,
-                            t.shared_memory, t.access_token)
+                            t.shared_memory, t.access_token, fallback_max_exit=t.fallback_max_exit)
     return InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
 
 

@@ -81,6 +81,9 @@ class Hub:
 
     async def start(self) -> None:
         self.service.start()
+        probe = getattr(self.service, "probe", None)  # a remote runner: say at once when its server is not there
+        if probe is not None:
+            await probe()
         lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
         self.governor = await governor_for(self.config, self.service.backend.folder, self.policy, self.metrics)
         self.engine = Engine(service=self.service, policy=self.policy, metrics=self.metrics, media=self.media,

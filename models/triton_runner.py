@@ -13,8 +13,12 @@ again after Triton restarts). Registering is one of Triton's restricted endpoint
 token (``EDGE_APP_TRITON_TOKEN`` where ``edge-app infer-server`` runs).
 
 What Triton does not answer (down, refusing, queue full, out of time) is answered from the cheap path when
-``fallback`` is on: exit 1 on the local segments, counted per reason in ``counts``; the state (``up`` / ``down``
-with the last reason) is in ``status()``. ``ChainOutcome.queue_ms`` is the round trip beyond the segments' own
+``fallback`` is on: the frame's own policy on the local segments up to ``fallback_max_exit`` (1: exit 1 only),
+counted per reason in ``counts``; the state (``up`` / ``down`` with the last reason) is in ``status()``. A server
+found down (unreachable, or ``DOWN_AFTER`` frames in a row out of time) is tried again by one frame every
+``RETRY_S``; the frames in between go to the cheap path at once instead of each waiting for its own failure, so
+a server that vanishes from the LAN costs a few frames, not every frame's budget. ``probe()`` at start says in one
+line when the server is not there. ``ChainOutcome.queue_ms`` is the round trip beyond the segments' own
 time, kept apart so the running costs stay compute estimates; the scheduler's predicted cost of segment 1 adds
 its running high percentile.
 """
@@ -43,10 +47,16 @@ OUTPUTS = ("choice", "exits_run", "probs", "segment_ms", "error", "batch")
 
 
 class TritonRunner(InferenceService):
+    RETRY_S = 0.5  # a server found down is tried again by one frame this often
+    DOWN_AFTER = 3  # frames in a row out of time mark it down (a host gone from the LAN answers nothing at all)
+
     def __init__(self, backend: InferenceBackend, url: str, model_name: str = MODEL_NAME, timeout_s: float = 1.0,
                  fallback: bool = True, workers: int = 1, cost_window: int = 256, shared_memory: bool = False,
-                 access_token: str | None = None, regions: int = 16) -> None:
+                 access_token: str | None = None, regions: int = 16, fallback_max_exit: int = 1) -> None:
         super().__init__(backend, workers, cost_window)
+        self.fallback_max_exit = max(1, min(fallback_max_exit, backend.num_exits))
+        self._retry_at = 0.0
+        self._late_in_a_row = 0
         self.shm = SharedInputs(regions, self.input_bytes(), access_token) if shared_memory else None
         self.url = url
         self.model_name = model_name
@@ -80,7 +90,38 @@ class TritonRunner(InferenceService):
             self.shm.destroy()
         await super().stop()
 
+    async def probe(self, timeout_s: float = 2.0) -> bool:
+        """Whether the server answers and serves the chain model now; when not, one clear line, and ``status()``
+        says ``down`` with the reason (the frames meanwhile take the cheap path)."""
+        import tritonclient.grpc.aio as grpcclient
+
+        if self.client is None:
+            self.client = _client(grpcclient, self.url)
+        try:
+            ready = await asyncio.wait_for(self.client.is_model_ready(self.model_name), timeout_s)
+            why = None if ready else f"the server answers but model {self.model_name!r} is not ready"
+        except Exception as exc:  # any failure to reach it is the answer
+            why = f"{_reason(exc)}: {str(exc)[:200] or type(exc).__name__}"
+        if why is None:
+            return True
+        self.state, self.last_error, self._retry_at = "down", why, time.monotonic() + self.RETRY_S
+        log.warning("inference: Triton at %s is not serving (%s); %s until it is (start it with edge-app "
+                    "infer-server; /status model.runner shows the state)", self.url, why, self._fallback_words())
+        return False
+
+    def _fallback_words(self) -> str:
+        if not self.fallback:
+            return "frames get no model answer (fallback = false)"
+        k = self.fallback_max_exit
+        return "frames are answered on this box from exit 1" if k == 1 else \
+            f"frames are answered on this box with their own policy up to exit {k}"
+
     async def run(self, request: ChainRequest) -> ChainOutcome:
+        now = time.monotonic()
+        if self.state == "down" and now < self._retry_at:
+            return await self._cheap(request, None)  # known down: not each frame waiting to find out again
+        if self.state == "down":
+            self._retry_at = now + self.RETRY_S  # this frame tries; the others meanwhile take the cheap path
         try:
             outcome = await self._remote(request)
         except (SegmentRunError, TimeoutError, OSError) as exc:
@@ -93,26 +134,32 @@ class TritonRunner(InferenceService):
             log.info("inference: Triton at %s answers%s", self.url,
                      "" if self.state == "starting" else f" again ({self.counts['cheap_path']} frames answered "
                      "from the cheap path meanwhile)")
-        self.state, self.last_error = "up", None
+        self.state, self.last_error, self._late_in_a_row = "up", None, 0
         self.counts["remote"] += 1
         return outcome
 
-    async def _cheap(self, request: ChainRequest, exc: BaseException) -> ChainOutcome:
-        why = _reason(exc)
+    async def _cheap(self, request: ChainRequest, exc: BaseException | None) -> ChainOutcome:
+        """The frame answered here; ``exc`` None: the server is known down and was not asked."""
+        why = "unavailable" if exc is None else _reason(exc)
         self.counts[why] += 1
-        if why != "unavailable" and self.state == "up":  # up but full, or this frame out of time: not down
+        self._late_in_a_row = self._late_in_a_row + 1 if why == "timeout" else 0
+        gone = why == "unavailable" or self._late_in_a_row >= self.DOWN_AFTER
+        if exc is not None and not gone and self.state == "up":  # up but full, or this frame out of time
             if self.counts[why] in (1, 10, 100) or self.counts[why] % 1000 == 0:
                 log.warning("inference: Triton at %s: %d frames %s so far (%s), answered from the cheap path",
                             self.url, self.counts[why], why, str(exc)[:200])
-        else:
+        elif exc is not None:
             if self.state != "down" or not (self.last_error or "").startswith(why):
                 log.warning("inference: Triton at %s: %s (%s); %s", self.url, why, str(exc)[:200],
-                            "answering from the cheap path (exit 1 here)" if self.fallback else "no fallback")
+                            self._fallback_words())
             self.state, self.last_error = "down", f"{why}: {str(exc)[:200]}"
+            self._retry_at = time.monotonic() + self.RETRY_S
         if not self.fallback:
             raise SegmentRunError(f"Triton at {self.url}: {why}") from exc
         self.counts["cheap_path"] += 1
-        return await super().run(ChainRequest(request.x, request.policy, 1, min(1, request.max_exits)))
+        k = self.fallback_max_exit
+        return await super().run(ChainRequest(request.x, request.policy, min(request.min_exits, k),
+                                              min(k, request.max_exits)))
 
     def _policy(self, policy: ExitPolicy) -> tuple[str, bytes]:
         held = self._encoded.get(id(policy))
@@ -126,7 +173,7 @@ class TritonRunner(InferenceService):
         from tritonclient.utils import InferenceServerException
 
         if self.client is None:
-            self.client = grpcclient.InferenceServerClient(self.url)
+            self.client = _client(grpcclient, self.url)
         key, blob = self._policy(request.policy)
         timeout = request.timeout_s if request.timeout_s is not None else self.timeout_s
         x = np.ascontiguousarray(request.x, np.float32)
@@ -190,7 +237,8 @@ class TritonRunner(InferenceService):
 
     def status(self) -> dict[str, Any]:
         return {"kind": "triton", "url": self.url, "model": self.model_name, "state": self.state,
-                "last_error": self.last_error, "fallback": "exit 1 here" if self.fallback else None,
+                "last_error": self.last_error,
+                "fallback": f"here, up to exit {self.fallback_max_exit}" if self.fallback else None,
                 "round_trip_beyond_compute_p95_ms": round(self.overhead.high_ms, 2), **self.counts}
 
 
@@ -241,6 +289,18 @@ class SharedInputs:
             with contextlib.suppress(Exception):
                 self.shm.destroy_shared_memory_region(h)
         self.handles = {}
+
+
+def _client(grpcclient: Any, url: str) -> Any:
+    """tritonclient's channel with gRPC's reconnect backoff capped at 1 s (its default grows to 2 min, so a server
+    back after a long outage would wait for the channel's next try, whatever ``RETRY_S`` says)."""
+    from tritonclient.grpc._client import MAX_GRPC_MESSAGE_SIZE
+
+    return grpcclient.InferenceServerClient(url, channel_args=[
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 1000)])
 
 
 def _input(grpcclient: Any, name: str, value: np.ndarray, dtype: str) -> Any:

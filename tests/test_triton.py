@@ -115,6 +115,7 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
                     same += same_answers(a, b) and same_answers(a, c)
         up = dict(remote.counts)
         batches = triton.metric("nv_inference_exec_count")
+        hung = await _hung(triton, remote, backend, policies[0], _frames(demo_data_dir, 12))
         triton.kill()  # mid-run: the frames go on, answered from the cheap path, each at once
         waits = []
         for img in _frames(demo_data_dir, 20):
@@ -132,8 +133,10 @@ async def test_the_triton_runner_answers_as_the_local_runner_and_goes_on_when_tr
     print(f"triton: {same} of {total} answers as the local runner's; {batches:.0f} executions; killed: {down}, "
           f"cheap-path waits max {1e3 * max(waits):.1f} ms; restarted: {again}")
     assert same == total and up["remote"] == total and up["cheap_path"] == 0 and shm.counts["remote"] == total
-    assert down[1] == "down" and down[0]["cheap_path"] == 20 and max(waits) < 1.0
-    assert again["state"] == "up" and again["remote"] == total + 1 and len(back.results) >= 1
+    assert hung["waited"] == TritonRunner.DOWN_AFTER and hung["state"] == "down", hung
+    assert hung["after"] == "up", "SIGCONT: answered by Triton again"
+    assert down[1] == "down" and down[0]["cheap_path"] == 20 + 12 and max(waits) < 1.0
+    assert again["state"] == "up" and again["remote"] == total + 2 and len(back.results) >= 1
 
 
 @pytest.mark.live
@@ -199,3 +202,117 @@ async def _status(http: aiohttp.ClientSession, base: str) -> tuple[dict[str, Any
         status: dict[str, Any] = await r.json()
     demo = next(c for c in status["cameras"] if c["name"] == "demo")
     return status["model"]["runner"], int(demo["frames_analysed"])
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_triton_down_at_start_is_said_and_frames_run_here_at_the_configured_point_until_it_comes(
+        tmp_path: Path, app_config: Callable[..., AppConfig], caplog: pytest.LogCaptureFixture) -> None:
+    """The app starts while its Triton is not there: one line says so, ``/status`` says ``down``, the demo camera's
+    frames run here with their own policy up to ``fallback_max_exit`` (2: segment 2 runs, segment 3 never); Triton
+    started later is used within a second or so."""
+    from edge_app.config import load_config
+
+    if not TRITON_PY.exists():
+        skip_or_fail("needs the Triton environment (bash tools/triton-env.sh; .ci/test makes it)")
+    server = Server(tmp_path / "triton.log")  # its ports chosen, nothing started yet
+    cfg = app_config(demo={"enabled": True, "fps": 15.0})
+    path = cfg.base_dir / "config.toml"
+    path.write_text(path.read_text() + f'\n[model.backend]\nkind = "triton"\nurl = "{server.url}"\n'
+                    'fallback_max_exit = 2\n')
+    cfg = load_config(path)
+    try:
+        async with running_app(cfg) as base, aiohttp.ClientSession() as http:
+            await asyncio.sleep(4.0)
+            down, runs_down = await _status(http, base), await _segment_runs(http, base)
+            await asyncio.to_thread(server.start)  # the app's loop goes on meanwhile
+            t0 = time.monotonic()
+            while (await _status(http, base))[0]["state"] != "up" and time.monotonic() - t0 < 10:
+                await asyncio.sleep(0.1)
+            back_s = time.monotonic() - t0
+            await asyncio.sleep(2.0)
+            back = await _status(http, base)
+    finally:
+        if server.proc is not None:
+            server.kill()
+    said = [r.getMessage() for r in caplog.records if "is not serving" in r.getMessage()]
+    print(f"Triton down at start: {said}; down {json.dumps(down[0])}, segment runs {runs_down}; used again "
+          f"{back_s:.2f} s after it was ready; back {json.dumps(back[0])}")
+    assert len(said) == 1 and server.url in said[0] and "up to exit 2" in said[0]
+    assert down[0]["state"] == "down" and down[0]["last_error"].startswith("unavailable")
+    assert down[0]["remote"] == 0 and down[0]["cheap_path"] >= 30 and down[1] >= 30
+    assert runs_down[2] > 0 and runs_down[3] == 0, "the configured point: exits 1 and 2 here, never 3"
+    assert back[0]["state"] == "up" and back[0]["remote"] >= 15 and back_s < 1.5
+
+
+async def test_a_server_that_never_answers_is_marked_down_after_a_few_frames_and_not_waited_for_again(
+        demo_data_dir: Path) -> None:
+    """A Triton address whose host takes the connection and never answers, before it ever answered: the first
+    frame runs out its time and the runner is ``down`` at once; the next frames take the cheap path without
+    waiting, one frame every ``RETRY_S`` tries again. (A server that answered and then hangs is marked down after
+    ``DOWN_AFTER`` frames out of time: the Triton test stops one with SIGSTOP.)"""
+    import socket
+
+    from models.triton_runner import TritonRunner
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(64)  # the kernel completes the handshakes; nothing ever reads or answers
+    backend = load_backend("onnxruntime", DEFAULT_MODEL, ("cpu",), 1, 1)
+    remote = TritonRunner(backend, f"127.0.0.1:{mute.getsockname()[1]}")
+    remote.start()
+    policy = configured_policy(DEFAULT_MODEL, "auto")
+    waits = []
+    try:
+        for img in _frames(demo_data_dir, 40):
+            t0 = time.perf_counter()
+            out = await remote.run(ChainRequest(backend.preprocess(img), policy, 1, 3, timeout_s=0.05))
+            waits.append(time.perf_counter() - t0)
+            assert len(out.results) == 1
+    finally:
+        await remote.stop()
+        mute.close()
+    status = remote.status()
+    slow = sum(w >= 0.05 for w in waits)
+    print(f"mute server: {status}; {slow} of 40 frames waited out their 50 ms; the rest at most "
+          f"{1e3 * max(waits[TritonRunner.DOWN_AFTER:]):.1f} ms")
+    assert status["state"] == "down" and status["last_error"].startswith("timeout")
+    assert status["cheap_path"] == 40 and status["remote"] == 0
+    assert waits[0] >= 0.05 and status["timeout"] >= 1, "the first frame waits its whole budget"
+    assert slow <= 3, "then only a retry every RETRY_S waits"
+
+
+async def _hung(triton: Server, remote: Any, backend: Any, policy: Any, frames: list[np.ndarray]) -> dict[str, Any]:
+    """Triton stopped (SIGSTOP: its connections open, nothing answered), 12 frames with 50 ms each: the first
+    ``DOWN_AFTER`` wait out their time, then the runner is down and the others do not wait; SIGCONT and a retry:
+    up again."""
+    import os
+    import signal
+
+    assert triton.proc is not None
+    os.killpg(triton.proc.pid, signal.SIGSTOP)
+    waited = 0
+    try:
+        for img in frames:
+            t0 = time.perf_counter()
+            await remote.run(ChainRequest(backend.preprocess(img), policy, 1, 3, timeout_s=0.05))
+            waited += time.perf_counter() - t0 >= 0.05
+        state = remote.status()["state"]
+    finally:
+        os.killpg(triton.proc.pid, signal.SIGCONT)
+    await asyncio.sleep(remote.RETRY_S + 0.1)
+    await remote.run(ChainRequest(backend.preprocess(frames[0]), policy, 1, 3, timeout_s=2.0))
+    return {"waited": waited, "state": state, "after": remote.status()["state"], "counts": dict(remote.counts)}
+
+
+async def _segment_runs(http: aiohttp.ClientSession, base: str) -> dict[int, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with http.get(base + "/metrics") as r:
+        text = await r.text()
+    runs = {1: 0.0, 2: 0.0, 3: 0.0}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "edge_segment_runs_total":
+                runs[int(s.labels["segment"])] = s.value
+    return runs

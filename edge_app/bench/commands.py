@@ -162,7 +162,7 @@ def cmd_bench_sessions(args: argparse.Namespace) -> int:
                                 args.out))
             return 0
         bench_sessions(cfg.model_path.resolve(), args.max_sessions, args.window, args.video, args.out, args.cameras,
-                       args.results_only, args.workers)
+                       args.results_only, args.workers, args.peer_processes, args.pre_encoded)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -406,6 +406,9 @@ def add_tool_commands(sub: Any) -> None:
                      "results only up to N sessions, in one run; prints both and the ratios")
     bss.add_argument("--workers", type=int, default=1, help="serve --workers N (media workers behind a control "
                                                              "process)")
+    bss.add_argument("--peer-processes", type=int, default=1, help="processes the test peers are spread over")
+    bss.add_argument("--pre-encoded", action="store_true", help="peers send the clip encoded once to VP8 instead "
+                     "of encoding every frame (browsers elsewhere, or hardware encoders)")
     bss.add_argument("--out", type=Path, default=Path("artifacts/bench-sessions"))
     bss.set_defaults(func=cmd_bench_sessions)
     nb = sub.add_parser("bench-network", help="every policy through Chromium and a trace-impaired network path "

@@ -1,14 +1,16 @@
 """``edge-app bench-sessions``: how many browser sessions this box serves at once, and what happens beyond.
 
-A real ``edge-app serve`` process with ``[server] max_sessions = N``; aiortc peers in this process, each
-sending a labelled 640x480 video at 30 fps and receiving the annotated video and per-frame results,
-are added one at a time.  For each count the results of every session are collected for a window:
-results per second per session (30 = every frame analysed), the server-side latency p50/p95
-(frame arrival to annotated frame ready), deadline misses and the server process's CPU use.  Then
-one more peer than ``max_sessions`` asks to join: it must get 503, and the running sessions are
-measured once more.  The peers' own VP8 encode and decode run on the same cores, so on a small box
-the limit found is lower than it would be with the browsers elsewhere.  ``--cameras K`` adds K RTSP
-cameras (GStreamer test servers on loopback, 640x480 H.264 at 30 fps), analysed all the while.
+A real ``edge-app serve`` process (``--workers N``: its control process and N media workers) with ``[server]
+max_sessions = M``; aiortc peers (``edge_app.bench.peers``, in ``--peer-processes`` processes of their own), each
+sending a labelled 640x480 video at 30 fps and receiving per-frame results (and the annotated video unless
+``--results-only``), are added one at a time.  For each count the results of every session are collected for a
+window: results per second per session (30 = every frame analysed), the server-side latency p50/p95 (frame arrival
+to result), deadline misses, and the CPU use of the server's processes and of the peers'.  Then one more peer than
+``max_sessions`` asks to join: it must get 503, and the running sessions are measured once more.  The peers run on
+the same cores; their VP8 encoders are the largest part of their cost, and ``--pre-encoded`` takes it away (the
+clip encoded once, as a browser's hardware encoder or a browser on another machine would spare this box).
+``--cameras K`` adds K RTSP cameras (GStreamer test servers on loopback, 640x480 H.264 at 30 fps), analysed all the
+while.
 """
 
 from __future__ import annotations
@@ -21,44 +23,23 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
-from aiortc import RTCPeerConnection, RTCSessionDescription
-from aiortc.mediastreams import MediaStreamError
 
-from edge_app.bench.peer import results_channel
+from edge_app.bench.peers import PeerPool, peer_video
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
-from edge_app.bench.testvideo import LabelledVideo, LabelledVideoTrack, write_jpegs
+from edge_app.bench.testvideo import write_jpegs
+from edge_app.bench.triton import group_cpu_s
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 
 
-@dataclass
-class Peer:
-    pc: RTCPeerConnection
-    results: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-
-
 def _cpu_s(pid: int) -> float:
     """CPU seconds of the server: every process in its process group (the control process and its workers)."""
-    from edge_app.bench.triton import group_cpu_s
-
     return group_cpu_s(pid)
-
-
-def peer_video(npz: Path | None) -> LabelledVideo:
-    """40 labelled demo frames (3 video frames each) from ``npz``, or random frames when it is absent."""
-    if npz is not None and npz.exists():
-        with np.load(npz) as z:
-            return LabelledVideo(z["images"][:40], z["labels"][:40], hold=3)
-    rng = np.random.default_rng(0)
-    return LabelledVideo(rng.integers(0, 256, (40, 96, 96, 3), dtype=np.uint8), np.zeros(40, int), hold=3)
 
 
 async def wait_healthy(http: aiohttp.ClientSession, base: str, timeout_s: float = 30.0) -> None:
@@ -71,57 +52,14 @@ async def wait_healthy(http: aiohttp.ClientSession, base: str, timeout_s: float 
         await asyncio.sleep(0.1)
 
 
-async def _join(base: str, video: LabelledVideo, http: aiohttp.ClientSession, results_only: bool = False
-                ) -> tuple[Peer | None, int, str]:
-    pc = RTCPeerConnection()
-    peer = Peer(pc)
-    # results only: the page's default (sendonly: nothing rendered or encoded for it); else annotated video back
-    track = LabelledVideoTrack(video)
-    pc.addTransceiver(track, direction="sendonly" if results_only else "sendrecv")
-    results_channel(pc, lambda msg: peer.results.append((time.monotonic(), msg)),
-                    lambda msg: setattr(track, "scale_down", float(msg["scale_down"])))  # as the page does
-
-    @pc.on("track")
-    def on_track(track: Any) -> None:
-        async def pull() -> None:
-            with contextlib.suppress(MediaStreamError):
-                while True:
-                    await track.recv()
-
-        peer.tasks.append(asyncio.create_task(pull()))
-
-    await pc.setLocalDescription(await pc.createOffer())
-    body = {"sdp": pc.localDescription.sdp, "type": "offer"}
-    async with http.post(f"{base}/offer", json=body) as r:
-        answer = await r.json()
-        if r.status != 200:
-            await pc.close()
-            return None, r.status, str(answer.get("error"))
-    await pc.setRemoteDescription(RTCSessionDescription(answer["sdp"], answer["type"]))
-    return peer, 200, ""
-
-
-def _window(peers: list[Peer], t0: float, t1: float) -> dict[str, Any]:
-    per_fps, lat, missed, n = [], [], 0, 0
-    for p in peers:
-        rs = [m for t, m in p.results if t0 <= t < t1]
-        per_fps.append(len(rs) / (t1 - t0))
-        lat += [m["latency_ms"] for m in rs]
-        missed += sum(not m["deadline_met"] for m in rs)
-        n += len(rs)
-    return {"fps_min": min(per_fps), "fps_median": float(np.median(per_fps)),
-            "latency_p50_ms": float(np.percentile(lat, 50)) if lat else None,
-            "latency_p95_ms": float(np.percentile(lat, 95)) if lat else None,
-            "miss_rate": missed / n if n else None}
-
-
 async def _camera_fps(http: aiohttp.ClientSession, base: str) -> dict[str, int]:
     async with http.get(f"{base}/status") as r:
         return {c["name"]: c["frames_analysed"] for c in (await r.json())["cameras"]}
 
 
 async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
-               cameras: int = 0, results_only: bool = False, workers: int = 1) -> dict[str, Any]:
+               cameras: int = 0, results_only: bool = False, workers: int = 1, peer_processes: int = 1,
+               pre_encoded: bool = False) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     video = peer_video(npz)
@@ -145,48 +83,54 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
                               start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     rows: list[dict[str, Any]] = []
-    peers: list[Peer] = []
+    pool = PeerPool(base, npz, peer_processes, results_only, pre_encoded)
     report: dict[str, Any] = {"max_sessions": max_sessions, "window_s": window_s, "cameras": cameras, "rows": rows,
-                              "workers": workers}
+                              "workers": workers, "peer_processes": peer_processes, "pre_encoded": pre_encoded}
+
+    def cpu() -> tuple[float, float]:
+        return _cpu_s(server.pid), pool.cpu_s()
+
+    def cpu_pct(c0: tuple[float, float], t0: float) -> dict[str, float]:
+        (s1, p1), dt = cpu(), time.monotonic() - t0
+        return {"server_cpu_pct": 100 * (s1 - c0[0]) / dt, "peers_cpu_pct": 100 * (p1 - c0[1]) / dt}
+
     try:
         async with aiohttp.ClientSession() as http:
             await wait_healthy(http, base)
+            await pool.start()
             if cameras:  # the cameras alone first
                 for _ in range(100):
                     if all(v > 0 for v in (await _camera_fps(http, base)).values()):
                         break
                     await asyncio.sleep(0.2)
-                f0, c0, t0 = await _camera_fps(http, base), _cpu_s(server.pid), time.monotonic()
+                f0, c0, t0 = await _camera_fps(http, base), cpu(), time.monotonic()
                 await asyncio.sleep(window_s)
                 rows.append({"sessions": 0, "fps_min": None, "fps_median": None, "latency_p50_ms": None,
                              "latency_p95_ms": None, "miss_rate": None, **await _cams(http, base, f0, t0),
-                             "server_cpu_pct": 100 * (_cpu_s(server.pid) - c0) / (time.monotonic() - t0)})
+                             **cpu_pct(c0, t0)})
                 print(_fmt_row(rows[-1]), flush=True)
             for n in range(1, max_sessions + 1):
-                peer, status, reason = await _join(base, video, http, results_only)
-                if peer is None:
+                status, reason = await pool.join()
+                if status != 200:
                     raise RuntimeError(f"session {n} of {max_sessions} was refused ({status}: {reason})")
-                peers.append(peer)
                 await asyncio.sleep(3.0)  # the new peer's encoder ramps up
-                f0, c0, t0 = await _camera_fps(http, base), _cpu_s(server.pid), time.monotonic()
+                f0, c0, t0 = await _camera_fps(http, base), cpu(), time.monotonic()
                 await asyncio.sleep(window_s)
-                row = {"sessions": n, **_window(peers, t0, time.monotonic()), **await _cams(http, base, f0, t0),
-                       "server_cpu_pct": 100 * (_cpu_s(server.pid) - c0) / (time.monotonic() - t0)}
+                t1 = time.monotonic()
+                row = {"sessions": n, **await pool.window(t0, t1), **await _cams(http, base, f0, t0),
+                       **cpu_pct(c0, t0)}
                 rows.append(row)
                 print(_fmt_row(row), flush=True)
-            _, status, reason = await _join(base, video, http, results_only)
+            status, reason = await pool.join()
             report["one_more"] = {"status": status, "reason": reason}
             print(f"session {max_sessions + 1}: HTTP {status} ({reason})", flush=True)
             t0 = time.monotonic()
             await asyncio.sleep(window_s)
-            report["after_refusal"] = _window(peers, t0, time.monotonic())
+            report["after_refusal"] = await pool.window(t0, time.monotonic())
             print("after the refusal: " + _fmt_row({"sessions": max_sessions, **report["after_refusal"],
                                                     "server_cpu_pct": float("nan")}), flush=True)
     finally:
-        for p in peers:
-            for t in p.tasks:
-                t.cancel()
-            await p.pc.close()
+        await pool.stop()
         server.terminate()
         try:
             server.wait(15)
@@ -212,7 +156,7 @@ def _fmt_row(r: dict[str, Any]) -> str:
 
     return (f"| {r['sessions']} | {f(r['fps_min'])} / {f(r['fps_median'])} | {f(r['latency_p50_ms'])} / "
             f"{f(r['latency_p95_ms'])} | {f(None if r['miss_rate'] is None else 100 * r['miss_rate'])} | "
-            f"{f(r.get('camera_fps_min'))} | {f(r['server_cpu_pct'], 0)} |")
+            f"{f(r.get('camera_fps_min'))} | {f(r['server_cpu_pct'], 0)} | {f(r.get('peers_cpu_pct'), 0)} |")
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -241,10 +185,13 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def bench_sessions(model: Path, max_sessions: int, window_s: float, npz: Path | None, out: Path,
-                   cameras: int = 0, results_only: bool = False, workers: int = 1) -> dict[str, Any]:
+                   cameras: int = 0, results_only: bool = False, workers: int = 1, peer_processes: int = 1,
+                   pre_encoded: bool = False) -> dict[str, Any]:
     print("| sessions | results/s per session (slowest / median) | server latency p50 / p95 ms | misses % "
-          "| frames/s analysed per camera (slowest) | server CPU % |\n|---|---|---|---|---|---|", flush=True)
-    return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras, results_only, workers))
+          "| frames/s analysed per camera (slowest) | server CPU % | peers CPU % |\n|---|---|---|---|---|---|---|",
+          flush=True)
+    return asyncio.run(_run(model, max_sessions, window_s, npz, out, cameras, results_only, workers,
+                            peer_processes, pre_encoded))
 
 
 def full_rate(rows: list[dict[str, Any]]) -> int:
