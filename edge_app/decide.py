@@ -17,7 +17,7 @@ import numpy as np
 
 from edge_app.budget import Budget, frame_budget, late_uplink_ms
 from edge_app.config import BudgetConfig, SmoothingConfig
-from edge_app.governor import LoadGovernor
+from edge_app.governor import Governor
 from edge_app.results import FrameResult, NetworkView
 from edge_app.scheduler import FrameDecision, FrameScheduler
 from edge_app.smoothing import Smoothed, TemporalSmoother
@@ -66,13 +66,13 @@ def reused_decision(sm: Smoothed, compute_budget_ms: float) -> FrameDecision:
 
 class Decider:
     def __init__(self, source: str, service: InferenceService, policy: ExitPolicy, settings: PipelineSettings,
-                 reliability: list[float], load: LoadGovernor | None = None) -> None:
+                 reliability: list[float], load: Governor | None = None) -> None:
         self.source = source
         self.load = load  # the operating point for each frame, from the arrival rate (None: ``policy`` always)
         self.settings = settings
         self.service = service
         sm = settings.smoothing
-        self.scheduler = FrameScheduler(service, policy, sm.max_depth_step, settings.truncate)
+        self.scheduler = FrameScheduler(service, policy, sm.max_depth_step, settings.truncate, source)
         self.smoother = TemporalSmoother(reliability, sm.alpha, sm.hysteresis)
         self.render_ms = RunningCost(1.0, 64, percentile=90)  # RENDER's cost, budgeted ahead while video is wanted
         self._smoothed: Smoothed | None = None  # the latest smoothed answer, what a reused frame gets

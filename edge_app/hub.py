@@ -24,7 +24,7 @@ from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
 from edge_app.errors import EdgeAppError
 from edge_app.fanout import CameraVideo
-from edge_app.governor import LoadGovernor, governor_for
+from edge_app.governor import Governor, governor_for
 from edge_app.ingest import BrowserIngest
 from edge_app.metrics import Metrics
 from edge_app.peer.monitor import JSON_RESULT_BYTES
@@ -72,7 +72,7 @@ class Hub:
         self.networks: dict[str, ViewerNetworks] = {}  # camera: its viewers' network views
         self.sessions: dict[str, PeerSession] = {}
         self.closed: dict[str, int] = {}  # sessions closed so far, by reason
-        self.governor: LoadGovernor | None = None  # [policy] adapt_to_load
+        self.governor: Governor | None = None  # [policy] adapt_to_load
         self.video = CameraVideo(config.server, self.sources, self.registry, self.media, self.viewers)
         b = config.budget
         self._prior = NetworkView(snapshot(RttEstimator(b.rtt_prior_ms), BitrateEstimator(b.bitrate_prior_kbps * 1e3)),
@@ -85,7 +85,8 @@ class Hub:
         if probe is not None:
             await probe()
         lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
-        self.governor = await governor_for(self.config, self.service.backend.folder, self.policy, self.metrics)
+        self.governor = await governor_for(self.config, self.service.backend.folder, self.policy, self.metrics,
+                                           self.service)
         self.engine = Engine(service=self.service, policy=self.policy, metrics=self.metrics, media=self.media,
                              load=self.governor)
         for c, source in configured(self.config):

@@ -24,7 +24,7 @@ import numpy as np
 
 from edge_app.annotate import Overlay, render
 from edge_app.decide import Decider, PipelineSettings, PreparedFrame
-from edge_app.governor import LoadGovernor
+from edge_app.governor import Governor
 from edge_app.metrics import Metrics
 from edge_app.results import AnalysedFrame, FrameResult, NetworkView
 from edge_app.scheduler import FrameDecision
@@ -51,7 +51,7 @@ class Engine:
     policy: ExitPolicy
     metrics: Metrics
     media: Executor  # conversion, pre-processing and RENDER: CPU work that must stay off the event loop
-    load: LoadGovernor | None = None  # the operating point per frame from the arrival rate ([policy] adapt_to_load)
+    load: Governor | None = None  # the operating point per frame from the arrival rate ([policy] adapt_to_load)
 
 
 class AnalysisPipeline:

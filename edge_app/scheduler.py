@@ -54,8 +54,9 @@ class FrameScheduler:
     """One source's scheduler: plans each frame's depth from its budget, submits it to the inference service."""
 
     def __init__(self, service: InferenceService, policy: ExitPolicy, max_depth_step: int | None = None,
-                 truncate: bool = True) -> None:
+                 truncate: bool = True, source: str = "") -> None:
         self.service = service
+        self.source = source  # named in each request (a shared server's governor counts its frames per source)
         self.truncate = truncate  # False: a baseline that starts every exit its policy wants, deadline or not
         self.policy = policy
         self.max_depth_step = max_depth_step
@@ -74,7 +75,7 @@ class FrameScheduler:
 
     def request(self, x: np.ndarray, plan: ExitPlan, policy: ExitPolicy | None = None) -> ChainRequest:
         return ChainRequest(x=x, policy=policy or self.policy, min_exits=plan.min_exits, max_exits=plan.max_exits,
-                            timeout_s=max(MIN_WAIT_MS, plan.budget_ms) / 1e3)
+                            timeout_s=max(MIN_WAIT_MS, plan.budget_ms) / 1e3, source=self.source)
 
     def decision(self, plan: ExitPlan, outcome: ChainOutcome, compute_budget_ms: float) -> FrameDecision:
         ran = len(outcome.results)

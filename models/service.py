@@ -80,6 +80,7 @@ class ChainRequest:
     min_exits: int  # run at least this many exits, whatever the policy says (the depth window)
     max_exits: int  # never run more: the horizon the deadline allows, within the depth window
     timeout_s: float | None = None  # a remote runner waits at most this long (the frame's compute budget)
+    source: str = ""  # the camera or session it comes from (a shared server's governor counts arrivals per source)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ its running high percentile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
+import socket
 import time
 from typing import Any
 
@@ -39,11 +40,12 @@ from models.policies import ExitPolicy
 from models.policy_wire import encode_policy, policy_key
 from models.runtime import ExitResult
 from models.service import ChainOutcome, ChainRequest, InferenceBackend, InferenceService
-from models.triton_host import ACCESS_HEADER, MODEL_NAME, UNKNOWN_POLICY
+from models.triton_grpc import SharedInputs, open_client, reason, tensor
+from models.triton_host import MODEL_NAME, UNKNOWN_POLICY
 
 log = logging.getLogger(__name__)
 
-OUTPUTS = ("choice", "exits_run", "probs", "segment_ms", "error", "batch")
+OUTPUTS = ("choice", "exits_run", "probs", "segment_ms", "error", "batch", "point", "load", "arrival_fps")
 
 
 class TritonRunner(InferenceService):
@@ -70,6 +72,13 @@ class TritonRunner(InferenceService):
         self._encoded: dict[int, tuple[ExitPolicy, str, bytes]] = {}  # id(policy) -> (policy, key, blob)
         self._known: set[str] = set()  # keys this server has acknowledged
         self.batch_sizes: dict[int, int] = {}  # frames answered, by the size of the Triton batch they ran in
+        # the server's load governor (``edge_app.governor.RemoteGovernor`` sets governed): what this process tells
+        # it with each frame, and what it last said
+        self.governed = False
+        self.client_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.own_ms: dict[str, float] = {}  # per source: its pipeline's own work per frame (EWMA)
+        self.dropped = 0  # frames dropped behind busy pipelines since the last frame sent
+        self.governor: dict[str, Any] = {"index": None}
 
     def predicted_costs_ms(self) -> list[float]:
         costs = super().predicted_costs_ms()
@@ -96,12 +105,12 @@ class TritonRunner(InferenceService):
         import tritonclient.grpc.aio as grpcclient
 
         if self.client is None:
-            self.client = _client(grpcclient, self.url)
+            self.client = open_client(grpcclient, self.url)
         try:
             ready = await asyncio.wait_for(self.client.is_model_ready(self.model_name), timeout_s)
             why = None if ready else f"the server answers but model {self.model_name!r} is not ready"
         except Exception as exc:  # any failure to reach it is the answer
-            why = f"{_reason(exc)}: {str(exc)[:200] or type(exc).__name__}"
+            why = f"{reason(exc)}: {str(exc)[:200] or type(exc).__name__}"
         if why is None:
             return True
         self.state, self.last_error, self._retry_at = "down", why, time.monotonic() + self.RETRY_S
@@ -140,7 +149,7 @@ class TritonRunner(InferenceService):
 
     async def _cheap(self, request: ChainRequest, exc: BaseException | None) -> ChainOutcome:
         """The frame answered here; ``exc`` None: the server is known down and was not asked."""
-        why = "unavailable" if exc is None else _reason(exc)
+        why = "unavailable" if exc is None else reason(exc)
         self.counts[why] += 1
         self._late_in_a_row = self._late_in_a_row + 1 if why == "timeout" else 0
         gone = why == "unavailable" or self._late_in_a_row >= self.DOWN_AFTER
@@ -173,7 +182,7 @@ class TritonRunner(InferenceService):
         from tritonclient.utils import InferenceServerException
 
         if self.client is None:
-            self.client = _client(grpcclient, self.url)
+            self.client = open_client(grpcclient, self.url)
         key, blob = self._policy(request.policy)
         timeout = request.timeout_s if request.timeout_s is not None else self.timeout_s
         x = np.ascontiguousarray(request.x, np.float32)
@@ -198,10 +207,11 @@ class TritonRunner(InferenceService):
             else:
                 xin.set_shared_memory(region, x.nbytes)
             inputs = [xin,
-                      _input(grpcclient, "min_exits", np.array([[request.min_exits]], np.int32), "INT32"),
-                      _input(grpcclient, "max_exits", np.array([[request.max_exits]], np.int32), "INT32"),
-                      _input(grpcclient, "policy_key", np.array([[key.encode()]], dtype=object), "BYTES"),
-                      _input(grpcclient, "policy", np.array([[send]], dtype=object), "BYTES")]
+                      tensor(grpcclient, "min_exits", np.array([[request.min_exits]], np.int32), "INT32"),
+                      tensor(grpcclient, "max_exits", np.array([[request.max_exits]], np.int32), "INT32"),
+                      tensor(grpcclient, "policy_key", np.array([[key.encode()]], dtype=object), "BYTES"),
+                      tensor(grpcclient, "policy", np.array([[send]], dtype=object), "BYTES"),
+                      *self._governed_inputs(grpcclient, request.source)]
             t0 = time.perf_counter()
             try:
                 res = await self.client.infer(self.model_name, inputs,
@@ -216,6 +226,15 @@ class TritonRunner(InferenceService):
             self._known.add(key)
             return self._outcome(res, round_trip_ms)
         raise SegmentRunError("Triton refused the policy twice")
+
+    def _governed_inputs(self, grpcclient: Any, source: str) -> list[Any]:
+        """The frame's source for the server's governor (empty: not governed, the policy as sent), its own work per
+        frame, and the drops since the last frame (sent once)."""
+        name = f"{self.client_id}/{source}".encode() if self.governed and source else b""
+        dropped, self.dropped = (self.dropped, 0) if name else (0, self.dropped)
+        return [tensor(grpcclient, "source", np.array([[name]], dtype=object), "BYTES"),
+                tensor(grpcclient, "own_ms", np.array([[self.own_ms.get(source, 0.0)]], np.float32), "FP32"),
+                tensor(grpcclient, "dropped", np.array([[dropped]], np.int32), "INT32")]
 
     def _outcome(self, res: Any, round_trip_ms: float) -> ChainOutcome:
         n = int(res.as_numpy("exits_run")[0][0])
@@ -233,6 +252,10 @@ class TritonRunner(InferenceService):
         queue = max(0.0, round_trip_ms - compute)
         self.overhead.record(queue)
         error = bytes(res.as_numpy("error")[0][0]).decode() or None
+        point = int(res.as_numpy("point")[0][0])
+        if point >= 0:
+            self.governor = {"index": point, "load": round(float(res.as_numpy("load")[0][0]), 3),
+                             "arrival_fps": round(float(res.as_numpy("arrival_fps")[0][0]), 1)}
         return ChainOutcome(tuple(results), int(res.as_numpy("choice")[0][0]), compute, error, queue_ms=queue)
 
     def status(self) -> dict[str, Any]:
@@ -240,81 +263,3 @@ class TritonRunner(InferenceService):
                 "last_error": self.last_error,
                 "fallback": f"here, up to exit {self.fallback_max_exit}" if self.fallback else None,
                 "round_trip_beyond_compute_p95_ms": round(self.overhead.high_ms, 2), **self.counts}
-
-
-class SharedInputs:
-    """A pool of system shared-memory regions for frames' inputs, registered with Triton (once per server life)."""
-
-    def __init__(self, count: int, nbytes: int, access_token: str | None) -> None:
-        import uuid
-
-        from tritonclient.utils import shared_memory as shm
-
-        self.shm = shm
-        self.nbytes = nbytes
-        tag = uuid.uuid4().hex[:12]
-        self.names = [f"edge_{tag}_{i}" for i in range(count)]
-        self.handles = {n: shm.create_shared_memory_region(n, f"/{n}", nbytes) for n in self.names}
-        self.free: asyncio.Queue[str] = asyncio.Queue()
-        for n in self.names:
-            self.free.put_nowait(n)
-        self.registered = False
-        self.headers = {ACCESS_HEADER: access_token} if access_token else None
-
-    async def take(self, client: Any, x: np.ndarray) -> str:
-        if not self.registered:
-            for n in self.names:
-                with contextlib.suppress(Exception):  # a region left registered by a client before this one
-                    await client.unregister_system_shared_memory(n, headers=self.headers)
-                await client.register_system_shared_memory(n, f"/{n}", self.nbytes, headers=self.headers)
-            self.registered = True
-        name = await self.free.get()
-        self.shm.set_shared_memory_region(self.handles[name], [x])
-        return name
-
-    def give(self, name: str) -> None:
-        self.free.put_nowait(name)
-
-    def lost(self) -> None:
-        self.registered = False
-
-    async def release(self, client: Any) -> None:
-        with contextlib.suppress(Exception):
-            for n in self.names:
-                await client.unregister_system_shared_memory(n, headers=self.headers)
-        self.destroy()
-
-    def destroy(self) -> None:
-        for h in self.handles.values():
-            with contextlib.suppress(Exception):
-                self.shm.destroy_shared_memory_region(h)
-        self.handles = {}
-
-
-def _client(grpcclient: Any, url: str) -> Any:
-    """tritonclient's channel with gRPC's reconnect backoff capped at 1 s (its default grows to 2 min, so a server
-    back after a long outage would wait for the channel's next try, whatever ``RETRY_S`` says)."""
-    from tritonclient.grpc._client import MAX_GRPC_MESSAGE_SIZE
-
-    return grpcclient.InferenceServerClient(url, channel_args=[
-        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
-        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
-        ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-        ("grpc.max_reconnect_backoff_ms", 1000)])
-
-
-def _input(grpcclient: Any, name: str, value: np.ndarray, dtype: str) -> Any:
-    i = grpcclient.InferInput(name, list(value.shape), dtype)
-    i.set_data_from_numpy(value)
-    return i
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).lower()
-    if "queue" in text:  # Triton's "Exceeds maximum queue size" (gRPC UNAVAILABLE): full, not down
-        return "rejected"
-    if isinstance(exc, TimeoutError) or "deadline" in text or "timeout" in text:
-        return "timeout"
-    if "unavailable" in text or "connect" in text or isinstance(exc, OSError):
-        return "unavailable"
-    return "rejected"

@@ -28,6 +28,7 @@ from models.service import ChainRequest, InferenceService, load_backend
 
 TRITON_PY = REPO / ".venv-triton" / "bin" / "python"
 TRITON_TOKEN = "triton-token-for-tests-0123456789"
+HEADROOM = 0.02  # the server governor test's: 5 frames/s alone fit, 125 frames/s do not
 
 
 def test_every_policy_round_trips_as_data() -> None:
@@ -57,9 +58,9 @@ class Server:
     def url(self) -> str:
         return f"127.0.0.1:{self.grpc}"
 
-    def start(self, max_queue: int = 64) -> float:
+    def start(self, max_queue: int = 64, load_headroom: float = 0.85) -> float:
         self.proc = start_process(DEFAULT_MODEL, self.grpc, self.http, self.metrics, self.log,
-                                  access_token=TRITON_TOKEN, max_queue=max_queue)
+                                  access_token=TRITON_TOKEN, max_queue=max_queue, load_headroom=load_headroom)
         return wait_ready(self.proc, self.http, self.log)
 
     def kill(self) -> None:
@@ -183,6 +184,8 @@ async def test_the_app_serves_through_triton_and_goes_on_when_it_is_killed(
     async with running_app(cfg) as base, aiohttp.ClientSession() as http:
         await asyncio.sleep(4.0)
         up = await _status(http, base)
+        async with http.get(base + "/status") as r:
+            point = (await r.json())["operating_point"]  # chosen by the server's governor, which sees every box
         triton.kill()  # mid-session: the camera's frames go on, answered from the cheap path
         await asyncio.sleep(3.0)
         down = await _status(http, base)
@@ -192,6 +195,7 @@ async def test_the_app_serves_through_triton_and_goes_on_when_it_is_killed(
     print(f"app through Triton: up {json.dumps(up[0])}; down {json.dumps(down[0])}; back {json.dumps(back[0])}; "
           f"demo analysed {up[1]} / {down[1]} / {back[1]}")
     assert up[0]["kind"] == "triton" and up[0]["state"] == "up" and up[0]["remote"] >= 30 and up[0]["cheap_path"] == 0
+    assert point["where"] == "server" and point["index"] == 0 and 10 <= point["arrival_fps"] <= 20, point
     assert down[0]["state"] == "down" and down[1] - up[1] >= 30, "3 s without Triton: the camera still analysed"
     assert down[0]["cheap_path"] >= 30
     assert back[0]["state"] == "up" and back[0]["remote"] > down[0]["remote"] and back[1] - down[1] >= 30
@@ -280,6 +284,58 @@ async def test_a_server_that_never_answers_is_marked_down_after_a_few_frames_and
     assert status["cheap_path"] == 40 and status["remote"] == 0
     assert waits[0] >= 0.05 and status["timeout"] >= 1, "the first frame waits its whole budget"
     assert slow <= 3, "then only a retry every RETRY_S waits"
+
+
+@pytest.mark.live
+@pytest.mark.slow
+async def test_the_shared_servers_governor_sees_every_boxs_frames(tmp_path: Path, demo_data_dir: Path) -> None:
+    """Two boxes govern through one Triton. Box A sends one camera at 5 frames/s throughout; box B adds 12 cameras at
+    10 frames/s each for a while. A's own rate never changes, so a governor on A would keep its most accurate point;
+    the server's, which sees both boxes, moves A's frames to a cheaper point while B sends, and tells A so.
+    (``--load-headroom`` is set low so that this CPU box's sub-millisecond frames amount to a load.)"""
+    from models.triton_runner import TritonRunner
+
+    if not TRITON_PY.exists():
+        skip_or_fail("needs the Triton environment (bash tools/triton-env.sh; .ci/test makes it)")
+    server = Server(tmp_path / "triton.log")
+    server.start(load_headroom=HEADROOM)
+    backend = load_backend("onnxruntime", DEFAULT_MODEL, ("cpu",), 1, 1)
+    a, b = TritonRunner(backend, server.url), TritonRunner(backend, server.url)
+    a.client_id, b.client_id = "box-a", "box-b"
+    policy = configured_policy(DEFAULT_MODEL, "auto")
+    xs = [backend.preprocess(img) for img in _frames(demo_data_dir, 30)]
+    seen: list[tuple[float, str, dict[str, Any]]] = []
+
+    async def camera(runner: TritonRunner, name: str, fps: float, seconds: float) -> None:
+        t0 = time.monotonic()
+        for i in range(int(seconds * fps)):
+            await runner.run(ChainRequest(xs[i % len(xs)], policy, 1, 3, timeout_s=0.5, source=name))
+            if runner is a:
+                seen.append((time.monotonic(), "a", dict(a.governor)))
+            await asyncio.sleep(max(0.0, t0 + (i + 1) / fps - time.monotonic()))
+
+    for r in (a, b):
+        r.governed = True
+        r.start()
+    try:
+        await camera(a, "cam", 5.0, 1.0)  # its points solved on the first frame
+        t0 = time.monotonic()
+        await asyncio.gather(camera(a, "cam", 5.0, 9.0),
+                             *(camera(b, f"cam{j}", 10.0, 4.0) for j in range(12)))
+    finally:
+        for r in (a, b):
+            await r.stop()
+        server.kill()
+    alone = [g for t, _, g in seen if t < t0]
+    shared = [g for t, _, g in seen if t0 + 2.0 <= t < t0 + 4.0]
+    after = [g for t, _, g in seen if t >= t0 + 8.0]
+    print(f"server governor, A's view: alone {alone[-1]}; while B sends {shared[-1]} (indices "
+          f"{sorted({g['index'] for g in shared})}); after {after[-1]}; B's last {b.governor}")
+    assert a.counts["remote"] == len(seen) and a.counts["cheap_path"] == 0
+    assert alone[-1]["index"] == 0 and alone[-1]["arrival_fps"] <= 10
+    assert all(g["arrival_fps"] >= 60 for g in shared), "the server counts both boxes' frames"
+    assert min(g["index"] for g in shared) > 0, "A's frames at a cheaper point while B sends"
+    assert after[-1]["index"] < max(g["index"] for g in shared), "and dearer again once B stops"
 
 
 async def _hung(triton: Server, remote: Any, backend: Any, policy: Any, frames: list[np.ndarray]) -> dict[str, Any]:

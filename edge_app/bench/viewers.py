@@ -23,8 +23,9 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError
 
 from edge_app import protocol
+from edge_app.bench.peers import peer_video
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
-from edge_app.bench.sessions import _cpu_s, peer_video, wait_healthy
+from edge_app.bench.sessions import _cpu_s, wait_healthy
 from edge_app.bench.testvideo import write_jpegs
 
 REPO = Path(__file__).resolve().parents[2]
