@@ -8,7 +8,8 @@
 * ``/status``: every worker's sessions and cameras, and the workers themselves; ``/metrics``: every worker's
   series with a ``worker`` label. Both pass the client's ``Authorization`` to the workers, which check it.
 * ``POST /api/models/.../deploy`` and ``/api/models/rollback`` reach every worker; ``GET /api/events`` merges the
-  workers' newest; ``/api/events/ID`` asks each; the rest of ``/api`` goes to worker 0.
+  workers' pages (one cursor for all: they share the order); ``/api/events/ID`` asks each; ``/api/cameras/NAME/...``
+  (a camera's region) goes to the camera's worker; the rest of ``/api`` (teaching) to worker 0.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from aiohttp import web
 
 from edge_app.access import OfferRateLimiter, client_address
 from edge_app.config import AppConfig
+from edge_app.events.query import encode_cursor
 from edge_app.workers import Supervisor, owner
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,12 @@ async def to_first(request: web.Request) -> web.Response:
     return await forward(request, 0)
 
 
+async def to_camera_owner(request: web.Request) -> web.Response:
+    """A camera's own settings (its region) on the worker that runs it."""
+    app = request.app
+    return await forward(request, owner(app[CFG_KEY], request.match_info["name"], len(app[SUP_KEY].workers)))
+
+
 async def each(request: web.Request, path: str) -> list[tuple[int, int, Any]]:
     """GET ``path`` from every live worker with the client's Authorization: (worker, status, JSON or None)."""
     headers = {k: v for k, v in request.headers.items() if k == "Authorization"}
@@ -192,8 +200,12 @@ async def events(request: web.Request) -> web.Response:
                                  status=got[0][1] if got and got[0][1] else 503)
     limit = int(request.query.get("limit", "50")) if request.query.get("limit", "50").isdigit() else 50
     merged = sorted((e for p in pages for e in p["events"]), key=lambda e: (e["start"], e["id"]), reverse=True)
-    # one page of the newest across the workers; "next" pages within each worker are not merged
-    return web.json_response({"events": merged[:limit], "next": None})
+    # every worker orders by (start, id), newest first, and its cursor is a place in that order: the same cursor
+    # asks each worker for what comes after it, so the merged page's last event is the next page's cursor
+    more = len(merged) > limit or any(p.get("next") for p in pages)
+    page = merged[:limit]
+    return web.json_response({"events": page,
+                              "next": encode_cursor(page[-1]["start"], page[-1]["id"]) if more and page else None})
 
 
 async def one_event(request: web.Request) -> web.Response:
@@ -293,5 +305,6 @@ def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
     r.add_get("/api/events/live", live)
     r.add_route("*", "/api/events/{id}", one_event)
     r.add_get("/api/events/{id}/snapshot.jpg", one_event)
+    r.add_route("*", "/api/cameras/{name}/{tail:.*}", to_camera_owner)
     r.add_route("*", "/api/{tail:.*}", to_first)
     return app

@@ -1,6 +1,7 @@
 """``edge-app serve --workers 2`` for real: a control process and two media workers, a file camera on each, a
 browser session (Chromium) through the control process; /status and /metrics show both workers; a worker SIGKILLed
-is restarted and its camera resumes, and a peer can watch it again."""
+is restarted and its camera resumes, and a peer can watch it again; the events of both workers page through the
+control process with one cursor."""
 
 from __future__ import annotations
 
@@ -54,12 +55,14 @@ async def _watch(http: aiohttp.ClientSession, base: str, camera: str, seconds: f
 async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
         app_config: Callable[..., AppConfig], demo_test_split: tuple[np.ndarray, np.ndarray], tmp_path: Path,
         browser: Any) -> None:
-    porch = write_clip(tmp_path / "porch.mp4", demo_test_split[0][:30])
-    yard = write_clip(tmp_path / "yard.mp4", demo_test_split[0][30:60])
+    # each image held 10 frames (2/3 s): states, and so events, on both workers
+    porch = write_clip(tmp_path / "porch.mp4", np.repeat(demo_test_split[0][:6], 10, axis=0), seconds=4.0)
+    yard = write_clip(tmp_path / "yard.mp4", np.repeat(demo_test_split[0][30:36], 10, axis=0), seconds=4.0)
     port, base_port = free_port(), free_port()
     cfg = app_config(cameras=[{"name": "porch", "kind": "file", "path": str(porch)},
                               {"name": "yard", "kind": "file", "path": str(yard)}],
-                     server={"ice_host_addresses": ["127.0.0.1"], "port": port})
+                     server={"ice_host_addresses": ["127.0.0.1"], "port": port},
+                     events={"labels": ["*"], "min_s": 0.3, "min_confidence": 0.0})
     log = (tmp_path / "control.log").open("wb")
     control = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config",
                                 str(cfg.base_dir / "config.toml"), "--workers", "2"], cwd=REPO, stdout=log,
@@ -101,6 +104,9 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
             back_s = time.monotonic() - killed
             watched = await _watch(http, base, "yard", 3.0)
             after = await _status(http, base)
+            events, paged = await _events_paged(http, base)
+            async with http.get(base + "/api/cameras/yard/region") as r:  # worker 1's camera
+                region = (r.status, await r.json())
     finally:
         control.send_signal(signal.SIGTERM)
         try:
@@ -120,3 +126,32 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
     assert back_s < 30 and watched >= 15
     assert [w["restarts"] for w in after["workers"]] == [0, 1]
     assert control.returncode == 0 and leftovers.stdout.strip() == "", "the workers stop with the control process"
+    ids = [e["id"] for e in paged]
+    print(f"events through the control process: {len(events)} in one page, {len(paged)} paged one at a time, cameras "
+          f"{sorted({e['camera'] for e in paged})}")
+    assert {e["camera"] for e in events} == {"porch", "yard"}, "both workers' events"
+    assert len(ids) == len(set(ids)) and {e["id"] for e in events} <= set(ids), "every event once, none lost"
+    assert len(paged) >= 3, "pages across both workers"
+    assert region[0] == 200, f"a camera's region from its own worker: {region}"
+    keys = [(e["start"], e["id"]) for e in paged]
+    assert keys == sorted(keys, reverse=True), "newest first across the workers"
+
+
+async def _events_paged(http: aiohttp.ClientSession, base: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The newest 500 events in one page, then every event one to a page following ``next`` (new events only come
+    in at the newest end, so the pages hold all the first list's)."""
+    async with http.get(base + "/api/events", params={"limit": "500"}) as r:
+        assert r.status == 200, await r.text()
+        events = (await r.json())["events"]
+    paged: list[dict[str, Any]] = []
+    cursor = None
+    for _ in range(200):
+        async with http.get(base + "/api/events", params={"limit": "1", **({"cursor": cursor} if cursor else {})}
+                            ) as r:
+            assert r.status == 200, await r.text()
+            page = await r.json()
+        paged += page["events"]
+        cursor = page["next"]
+        if cursor is None:
+            break
+    return events, paged
