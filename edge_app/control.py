@@ -27,7 +27,8 @@ from aiohttp import web
 
 from edge_app.access import OfferRateLimiter, client_address
 from edge_app.config import AppConfig
-from edge_app.events.query import encode_cursor
+from edge_app.events.live import relay
+from edge_app.events.query import merge_pages
 from edge_app.workers import Supervisor, owner
 
 log = logging.getLogger(__name__)
@@ -199,13 +200,7 @@ async def events(request: web.Request) -> web.Response:
         return web.json_response(got[0][2] if got else {"error": "no worker answered"},
                                  status=got[0][1] if got and got[0][1] else 503)
     limit = int(request.query.get("limit", "50")) if request.query.get("limit", "50").isdigit() else 50
-    merged = sorted((e for p in pages for e in p["events"]), key=lambda e: (e["start"], e["id"]), reverse=True)
-    # every worker orders by (start, id), newest first, and its cursor is a place in that order: the same cursor
-    # asks each worker for what comes after it, so the merged page's last event is the next page's cursor
-    more = len(merged) > limit or any(p.get("next") for p in pages)
-    page = merged[:limit]
-    return web.json_response({"events": page,
-                              "next": encode_cursor(page[-1]["start"], page[-1]["id"]) if more and page else None})
+    return web.json_response(merge_pages(pages, limit))
 
 
 async def one_event(request: web.Request) -> web.Response:
@@ -218,34 +213,10 @@ async def one_event(request: web.Request) -> web.Response:
 
 
 async def live(request: web.Request) -> web.StreamResponse:
-    """Every worker's ``/api/events/live``, merged into one stream (whole Server-Sent Events blocks)."""
+    """Every worker's ``/api/events/live``, merged into one stream."""
     headers = {k: v for k, v in request.headers.items() if k == "Authorization"}
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-    queue: asyncio.Queue[bytes] = asyncio.Queue(256)
-
-    async def pump(w: Any) -> None:
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with request.app[HTTP_KEY].get(f"http://127.0.0.1:{w.port}/api/events/live", headers=headers,
-                                                 timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as r:
-                buf = b""
-                async for chunk in r.content.iter_any():
-                    buf += chunk
-                    while b"\n\n" in buf:
-                        block, buf = buf.split(b"\n\n", 1)
-                        await queue.put(block + b"\n\n")
-
-    pumps = [asyncio.create_task(pump(w)) for w in request.app[SUP_KEY].workers if w.alive]
-    await resp.prepare(request)
-    try:
-        while not all(p.done() for p in pumps) or not queue.empty():
-            with contextlib.suppress(TimeoutError):
-                await resp.write(await asyncio.wait_for(queue.get(), 15.0))
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        for p in pumps:
-            p.cancel()
-    return resp
+    urls = [f"http://127.0.0.1:{w.port}/api/events/live" for w in request.app[SUP_KEY].workers if w.alive]
+    return await relay(request, request.app[HTTP_KEY], urls, headers)
 
 
 async def poll_sessions(app: web.Application) -> None:

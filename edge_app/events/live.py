@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import aiohttp
 from aiohttp import web
 
 from edge_app.events.detector import EventChange, StateChange
@@ -72,3 +73,33 @@ class LiveFeed:
         with contextlib.suppress(ConnectionError):
             await resp.write_eof()
         return resp
+
+
+async def relay(request: web.Request, http: aiohttp.ClientSession, urls: list[str], headers: dict[str, str]
+                ) -> web.StreamResponse:
+    """The Server-Sent Events streams at ``urls`` merged into one (whole blocks), until they all end."""
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    queue: asyncio.Queue[bytes] = asyncio.Queue(256)
+
+    async def pump(url: str) -> None:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with http.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_read=60)) as r:
+                buf = b""
+                async for chunk in r.content.iter_any():
+                    buf += chunk
+                    while b"\n\n" in buf:
+                        block, buf = buf.split(b"\n\n", 1)
+                        await queue.put(block + b"\n\n")
+
+    pumps = [asyncio.create_task(pump(u)) for u in urls]
+    await resp.prepare(request)
+    try:
+        while not all(p.done() for p in pumps) or not queue.empty():
+            with contextlib.suppress(TimeoutError):
+                await resp.write(await asyncio.wait_for(queue.get(), 15.0))
+    except (ConnectionError, asyncio.CancelledError):
+        pass
+    finally:
+        for p in pumps:
+            p.cancel()
+    return resp

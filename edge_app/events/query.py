@@ -56,3 +56,14 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
     return {"id": row["id"], "camera": row["source"], "label": row["label"], "start": row["start"],
             "end": row["end"], "best_confidence": round(row["best_confidence"], 3), "best_at": row["best_at"],
             "model": row["model"], "has_snapshot": row["snapshot_bytes"] > 0}
+
+
+def merge_pages(pages: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """One page from the pages several stores gave for the same query and cursor (``serve --workers``): every store
+    orders by (start, id), newest first, and a cursor is a place in that order, so the merged page's last event is
+    the next page's cursor for all of them."""
+    merged = sorted((e for p in pages for e in p["events"]), key=lambda e: (e["start"], e["id"]), reverse=True)
+    more = len(merged) > limit or any(p.get("next") for p in pages)
+    page = merged[:limit]
+    return {"events": page, "next": encode_cursor(page[-1]["start"], page[-1]["id"]) if more and page else None}
+
