@@ -9,7 +9,7 @@
   series with a ``worker`` label. Both pass the client's ``Authorization`` to the workers, which check it.
 * ``POST /api/models/.../deploy`` and ``/api/models/rollback`` reach every worker; ``GET /api/events`` merges the
   workers' pages (one cursor for all: they share the order); ``/api/events/ID`` asks each; ``/api/cameras/NAME/...``
-  (a camera's region) goes to the camera's worker; the rest of ``/api`` (teaching) to worker 0.
+  (a camera's region) goes to the camera's worker; teaching: ``edge_app.control_teach``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def _json(status: int, reason: str, headers: dict[str, str] | None = None) -> we
     return web.json_response({"error": reason}, status=status, headers=headers)
 
 
-async def forward(request: web.Request, index: int, body: bytes | None = None) -> web.Response:
+async def forward(request: web.Request, index: int, body: bytes | None = None, path: str | None = None,
+                  timeout_s: float = 30.0) -> web.Response:
     sup = request.app[SUP_KEY]
     w = sup.workers[index]
     if not w.alive:
@@ -54,9 +55,9 @@ async def forward(request: web.Request, index: int, body: bytes | None = None) -
     headers["X-Forwarded-For"] = client_address(request, request.app[CFG_KEY].server.trusted_proxies)
     data = await request.read() if body is None else body
     try:
-        async with request.app[HTTP_KEY].request(request.method, f"http://127.0.0.1:{w.port}{request.path_qs}",
+        async with request.app[HTTP_KEY].request(request.method, f"http://127.0.0.1:{w.port}{path or request.path_qs}",
                                                  data=data, headers=headers,
-                                                 timeout=aiohttp.ClientTimeout(total=30)) as r:
+                                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
             payload = await r.read()
             out = {k: v for k, v in r.headers.items() if k in PASS_HEADERS}
             return web.Response(status=r.status, body=payload, headers=out)
@@ -276,6 +277,9 @@ def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
     r.add_get("/api/events/live", live)
     r.add_route("*", "/api/events/{id}", one_event)
     r.add_get("/api/events/{id}/snapshot.jpg", one_event)
+    from edge_app.control_teach import add_teach_routes  # it imports this module
+
+    add_teach_routes(r)
     r.add_route("*", "/api/cameras/{name}/{tail:.*}", to_camera_owner)
     r.add_route("*", "/api/{tail:.*}", to_first)
     return app

@@ -79,6 +79,39 @@ class Viewer:
         return [m for m in self.messages if m["type"] == "result"]
 
 
+def _add_frames(root: str, source: str, n: int) -> None:
+    store = DatasetStore(Path(root))
+    rgb = np.zeros((24, 32, 3), np.uint8)
+    for _ in range(n):
+        store.add_frame("d", "a", rgb, source)
+
+
+def test_two_processes_capture_into_one_dataset_while_a_third_rewrites_its_index(tmp_path: Path) -> None:
+    """``serve --workers``: each camera's worker writes its frames into the shared dataset while another process
+    changes frames' roles (which rewrites the index): no frame is lost (the dataset's ``flock``)."""
+    import multiprocessing
+
+    store = DatasetStore(tmp_path)
+    store.create("d")
+    store.add_class("d", "a")
+    first = store.add_frame("d", "a", np.zeros((24, 32, 3), np.uint8), "camera:x")
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_add_frames, args=(str(tmp_path), f"camera:{k}", 150)) for k in range(2)]
+    for w in writers:
+        w.start()
+    rewrites = 0
+    while any(w.is_alive() for w in writers):
+        store.set_role("d", [first.id], "train" if rewrites % 2 else "check")
+        rewrites += 1
+    for w in writers:
+        w.join()
+    frames = store.frames("d")
+    print(f"{len(frames)} frames after 2 x 150 written from two processes and {rewrites} index rewrites here")
+    assert all(w.exitcode == 0 for w in writers) and rewrites > 10
+    assert len(frames) == 301 and len({f.id for f in frames}) == 301
+
+
+
 async def test_api_refuses_bad_input_and_swaps_models_under_a_viewer(
         app_config: Callable[..., Any], serve: Any, tmp_path: Path,
         demo_test_split: tuple[np.ndarray, np.ndarray]) -> None:

@@ -1,7 +1,7 @@
 """``edge-app serve --workers 2`` for real: a control process and two media workers, a file camera on each, a
 browser session (Chromium) through the control process; /status and /metrics show both workers; a worker SIGKILLed
 is restarted and its camera resumes, and a peer can watch it again; the events of both workers page through the
-control process with one cursor."""
+control process with one cursor; frames of a camera on each worker are recorded into one dataset through it."""
 
 from __future__ import annotations
 
@@ -107,6 +107,7 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
             events, paged = await _events_paged(http, base)
             async with http.get(base + "/api/cameras/yard/region") as r:  # worker 1's camera
                 region = (r.status, await r.json())
+            taught = await _teach_from_both(http, base)
     finally:
         control.send_signal(signal.SIGTERM)
         try:
@@ -133,8 +134,45 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
     assert len(ids) == len(set(ids)) and {e["id"] for e in events} <= set(ids), "every event once, none lost"
     assert len(paged) >= 3, "pages across both workers"
     assert region[0] == 200, f"a camera's region from its own worker: {region}"
+    print(f"teaching through the control process: {taught}")
+    assert taught["sources"] == {"camera:porch": 0, "camera:yard": 1}, "every worker's sources"
+    assert [r["state"] for r in taught["recordings"]] == ["done", "done"], taught
+    assert [r["id"] % 2 for r in taught["recordings"]] == [1, 0], "each recording on its camera's worker"
+    assert all(r["saved"] >= 3 for r in taught["recordings"])
+    assert taught["frames"] == {"yard": taught["recordings"][0]["saved"], "porch": taught["recordings"][1]["saved"]}, \
+        "the frames both workers wrote, in one dataset"
     keys = [(e["start"], e["id"]) for e in paged]
     assert keys == sorted(keys, reverse=True), "newest first across the workers"
+
+
+async def _teach_from_both(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    """A dataset with a class per camera, one second recorded from each (worker 1's camera, then worker 0's), at
+    once, through the control process; the recordings followed by the ids it gave."""
+    async def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        async with http.request(method, base + path, json=body) as r:
+            assert r.status in (200, 201, 202), (path, r.status, await r.text())
+            return await r.json()
+
+    await call("POST", "/api/datasets", {"name": "scene"})
+    for cls in ("yard", "porch"):
+        await call("POST", "/api/datasets/scene/classes", {"name": cls})
+    sources = {s["id"]: s["worker"] for s in (await call("GET", "/api/sources"))["sources"]
+               if s["id"].startswith("camera:")}
+    started = await asyncio.gather(*(call("POST", f"/api/datasets/scene/classes/{cls}/capture",
+                                          {"source": f"camera:{cls}", "seconds": 1.0, "fps": 5})
+                                     for cls in ("yard", "porch")))
+    recordings = []
+    for rec in started:
+        for _ in range(50):
+            if rec["state"] != "recording":
+                break
+            await asyncio.sleep(0.2)
+            rec = await call("GET", f"/api/recordings/{rec['id']}")
+        recordings.append(rec)
+    summary = await call("GET", "/api/datasets/scene")
+    return {"sources": sources, "recordings": [{k: r[k] for k in ("id", "state", "saved", "source")}
+                                               for r in recordings],
+            "frames": {c["name"]: c["frames"] for c in summary["classes"]}}
 
 
 async def _events_paged(http: aiohttp.ClientSession, base: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

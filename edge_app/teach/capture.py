@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,7 +91,8 @@ class Recorder:
         check_role(role)
         pipe = self.resolve(source)
         number = next(self._ids)
-        rec = Recording(number, dataset, cls, source, fps, seconds, role, f"{int(time.time())}-{number}")
+        # the key is unique across restarts and across the processes of serve --workers, which share the store
+        rec = Recording(number, dataset, cls, source, fps, seconds, role, f"{int(time.time())}-{os.getpid()}-{number}")
         self.recordings[rec.id] = rec
         task = asyncio.create_task(self._run(rec, pipe), name=f"record-{rec.id}")
         self._tasks.add(task)

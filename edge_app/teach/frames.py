@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from edge_app.errors import EdgeAppError
 
@@ -47,3 +52,14 @@ def check_role(role: str) -> str:
         raise DatasetError(f"role {role!r}: one of {list(ROLES)} (check: a check recording, never trained on; "
                            "train: always trained on; auto: dealt out in time blocks)")
     return role
+
+
+@contextlib.contextmanager
+def locked(lock: threading.Lock, folder: Path) -> Iterator[None]:
+    """``lock`` (this process's threads) and an ``flock`` on ``folder/.lock`` (the other processes)."""
+    with lock, (folder / ".lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -16,6 +16,7 @@ recording can be labelled in spans (``label_span``). Nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import threading
@@ -28,16 +29,20 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from edge_app.teach.frames import DEAL, NAME, SPLITS, DatasetError, Frame, check_name, check_role
+from edge_app.teach.frames import DEAL, NAME, SPLITS, DatasetError, Frame, check_name, check_role, locked
 
 
 class DatasetStore:
-    """All datasets under ``root``; thread-safe (frames are written from media threads)."""
+    """All datasets under ``root``; thread-safe (frames are written from media threads) and process-safe
+    (``serve --workers``: a camera's worker captures its frames), each dataset's index under ``locked``."""
 
     def __init__(self, root: Path, block_s: float = 2.0) -> None:
         self.root = root
         self.block_s = block_s
         self._lock = threading.Lock()
+
+    def _locked(self, dataset: str) -> contextlib.AbstractContextManager[None]:
+        return locked(self._lock, self._dir(dataset))
 
     # --- datasets and classes ------------------------------------------------------------------------------
 
@@ -64,7 +69,7 @@ class DatasetStore:
 
     def delete_class(self, dataset: str, cls: str) -> int:
         self.class_dir(dataset, cls)
-        with self._lock:
+        with self._locked(dataset):
             frames = self._frames(dataset)
             kept = [f for f in frames if f.cls != cls]
             self._write_index(dataset, kept)
@@ -94,12 +99,12 @@ class DatasetStore:
         tmp = folder / f".{frame.id}.jpg"
         tmp.write_bytes(jpeg.tobytes())
         tmp.replace(folder / f"{frame.id}.jpg")
-        with self._lock, (self._dir(dataset) / "frames.jsonl").open("a") as f:
+        with self._locked(dataset), (self._dir(dataset) / "frames.jsonl").open("a") as f:
             f.write(json.dumps(asdict(frame)) + "\n")
         return frame
 
     def frames(self, dataset: str) -> list[Frame]:
-        with self._lock:
+        with self._locked(dataset):
             return self._frames(dataset)
 
     def _frames(self, dataset: str) -> list[Frame]:
@@ -131,7 +136,7 @@ class DatasetStore:
 
     def delete_frame(self, dataset: str, frame_id: str) -> None:
         path = self.frame_path(dataset, frame_id)
-        with self._lock:
+        with self._locked(dataset):
             path.unlink(missing_ok=True)
             self._write_index(dataset, self._frames(dataset))
 
@@ -140,7 +145,7 @@ class DatasetStore:
         if not isinstance(frame_ids, list) or not all(isinstance(i, str) for i in frame_ids):
             raise DatasetError("'frames' must be a list of frame ids")
         root = self._dir(dataset)
-        with self._lock:
+        with self._locked(dataset):
             frames = self._frames(dataset)
             by_id = {f.id: f for f in frames}
             unknown = [i for i in frame_ids if i not in by_id]
