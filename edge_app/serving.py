@@ -118,6 +118,12 @@ def setup_logging(verbose: bool) -> None:
         handler.addFilter(RedactingFilter())
 
 
+def cuda_available() -> bool:
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
 def serve_workers(cfg: AppConfig, config_path: Any, workers: int, host_arg: str | None, port_arg: int | None) -> int:
     """``serve --workers N``: the control process on the public port, N media workers on loopback ports above it."""
     import asyncio
@@ -133,6 +139,10 @@ def serve_workers(cfg: AppConfig, config_path: Any, workers: int, host_arg: str 
     sup = Supervisor(Path(config_path).resolve(), workers, base)
     app = create_control_app(cfg, sup)
     log.info("%d media workers on 127.0.0.1:%d-%d behind this control process", workers, base, base + workers - 1)
+    if cfg.model.backend.kind == "onnxruntime" and "cuda" in cfg.model.providers and cuda_available():
+        log.warning("serve --workers: each worker runs ONNX Runtime on the CPU (a CUDA session per worker would "
+                    "split the GPU %d ways); for the GPU, run edge-app infer-server and set [model.backend] kind = "
+                    "\"triton\" (docs/scaling.md)", workers)
     try:
         asyncio.run(serve_until_signalled(app, host, port, tls_context(cfg), cfg.server.shutdown_timeout_s))
     except ListenError as exc:

@@ -35,7 +35,9 @@ def owner(cfg: AppConfig, camera: str, workers: int) -> int:
 
 def shard(cfg: AppConfig, index: int, workers: int, port: int) -> AppConfig:
     """Worker ``index``'s configuration: its cameras, a loopback port, its own events folder; the control process
-    in front of it is a trusted proxy (its X-Forwarded-For names the browser)."""
+    in front of it is a trusted proxy (its X-Forwarded-For names the browser). With ONNX Runtime in each worker,
+    several workers run it on the CPU: one CUDA session per worker would split the GPU N ways (a shared Triton is
+    the GPU's way, ``serving.serve_workers`` says so)."""
     server = cfg.server.model_copy(update={"host": "127.0.0.1", "port": port, "cors_origins": [], "tls_cert": None,
                                            "tls_key": None,
                                            "trusted_proxies": [*cfg.server.trusted_proxies, "127.0.0.1"]})
@@ -45,8 +47,11 @@ def shard(cfg: AppConfig, index: int, workers: int, port: int) -> AppConfig:
     m = cfg.mqtt  # one MQTT client per worker: its own id, and its cameras' availability is its own
     mqtt = m.model_copy(update={"client_id": f"{m.client_id}-w{index}"[:64],
                                 "availability_topic": f"{m.prefix}/available/worker-{index}"})
+    model = cfg.model
+    if workers > 1 and model.backend.kind == "onnxruntime":
+        model = model.model_copy(update={"providers": ["cpu"]})
     return cfg.model_copy(update={"server": server, "events": events, "demo": demo, "cameras": cameras,
-                                  "mqtt": mqtt})
+                                  "mqtt": mqtt, "model": model})
 
 
 @dataclass

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from edge_app.config import ConfigError, load_config
+from edge_app.config import AppConfig, ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -94,3 +95,16 @@ def test_a_config_error_never_echoes_a_secret(tmp_path: Path, capsys: pytest.Cap
         assert secret not in text, secret
     assert "[server].token" in text and "[cameras[0]].url" in text and "not shown" in text
     assert "[server].ice_servers[0].credential" in text
+
+
+def test_several_workers_run_onnx_runtime_on_the_cpu_never_a_cuda_session_each(
+        app_config: Callable[..., AppConfig]) -> None:
+    from edge_app.workers import shard
+
+    cfg = app_config(model={"providers": ["cuda", "cpu"]})
+    assert shard(cfg, 1, 2, 9000).model.providers == ["cpu"], "two workers: ONNX Runtime on the CPU in each"
+    assert shard(cfg, 0, 1, 9000).model.providers == ["cuda", "cpu"], "one worker: as configured"
+    path = cfg.base_dir / "config.toml"
+    path.write_text(path.read_text() + '\n[model.backend]\nkind = "triton"\n')
+    triton = load_config(path)
+    assert shard(triton, 0, 2, 9000).model.providers == ["cuda", "cpu"], "a shared Triton: the box's runner as set"
