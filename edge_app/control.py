@@ -41,7 +41,7 @@ PASS_HEADERS = ("Content-Type", "Location", "ETag", "Retry-After", "Allow", "WWW
 SESSION = re.compile(r"/sessions/([^/?]+)")
 
 
-def _json(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+def json_error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response({"error": reason}, status=status, headers=headers)
 
 
@@ -50,7 +50,7 @@ async def forward(request: web.Request, index: int, body: bytes | None = None, p
     sup = request.app[SUP_KEY]
     w = sup.workers[index]
     if not w.alive:
-        return _json(503, f"worker {index} is restarting; retry in a few seconds", {"Retry-After": "2"})
+        return json_error(503, f"worker {index} is restarting; retry in a few seconds", {"Retry-After": "2"})
     headers = {k: v for k, v in request.headers.items() if k in ("Authorization", "Content-Type", "Accept")}
     headers["X-Forwarded-For"] = client_address(request, request.app[CFG_KEY].server.trusted_proxies)
     data = await request.read() if body is None else body
@@ -62,7 +62,7 @@ async def forward(request: web.Request, index: int, body: bytes | None = None, p
             out = {k: v for k, v in r.headers.items() if k in PASS_HEADERS}
             return web.Response(status=r.status, body=payload, headers=out)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        return _json(503, f"worker {index} did not answer ({type(exc).__name__}); retry", {"Retry-After": "2"})
+        return json_error(503, f"worker {index} did not answer ({type(exc).__name__}); retry", {"Retry-After": "2"})
 
 
 def _least_loaded(app: web.Application) -> int:
@@ -75,11 +75,11 @@ async def offer(request: web.Request) -> web.Response:
     app, cfg = request.app, request.app[CFG_KEY]
     retry = app[STATE_KEY]["limiter"].check(client_address(request, cfg.server.trusted_proxies))
     if retry is not None:
-        return _json(429, f"too many offers: at most {cfg.server.max_offers_per_minute} a minute "
+        return json_error(429, f"too many offers: at most {cfg.server.max_offers_per_minute} a minute "
                           "([server] max_offers_per_minute)", {"Retry-After": str(max(1, round(retry)))})
     total = sum(app[STATE_KEY]["sessions"].values())
     if total >= cfg.server.max_sessions:
-        return _json(503, f"{total} sessions open across the workers: the limit is {cfg.server.max_sessions} "
+        return json_error(503, f"{total} sessions open across the workers: the limit is {cfg.server.max_sessions} "
                           "([server] max_sessions)", {"Retry-After": "10"})
     body = await request.read()
     camera = request.match_info.get("camera")
@@ -105,7 +105,7 @@ async def offer(request: web.Request) -> web.Response:
 async def session_route(request: web.Request) -> web.Response:
     index = request.app[STATE_KEY]["where"].get(request.match_info["id"])
     if index is None:
-        return _json(404, f"no session {request.match_info['id']!r}")
+        return json_error(404, f"no session {request.match_info['id']!r}")
     return await forward(request, index)
 
 
@@ -152,7 +152,7 @@ async def status(request: web.Request) -> web.Response:
         denied = next(((code, s) for _, code, s in got if code in (401, 403)), None)
         if denied is not None:
             return web.json_response(denied[1], status=denied[0])
-        return _json(503, "no worker answered /status")
+        return json_error(503, "no worker answered /status")
     base = dict(ok[0][1])
     base["sessions"] = [dict(s, worker=i) for i, st in ok for s in st.get("sessions", [])]
     base["cameras"] = [dict(c, worker=i) for i, st in ok for c in st.get("cameras", [])]
@@ -210,7 +210,7 @@ async def one_event(request: web.Request) -> web.Response:
             resp = await forward(request, w.index)
             if resp.status != 404:
                 return resp
-    return _json(404, f"no event {request.match_info['id']!r}")
+    return json_error(404, f"no event {request.match_info['id']!r}")
 
 
 async def live(request: web.Request) -> web.StreamResponse:

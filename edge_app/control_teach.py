@@ -16,7 +16,7 @@ import json
 
 from aiohttp import web
 
-from edge_app.control import CFG_KEY, STATE_KEY, SUP_KEY, _json, each, forward
+from edge_app.control import CFG_KEY, STATE_KEY, SUP_KEY, each, forward, json_error
 from edge_app.workers import owner
 
 
@@ -76,7 +76,7 @@ async def capture(request: web.Request) -> web.Response:
 async def recording(request: web.Request) -> web.Response:
     raw, workers = request.match_info["id"], len(request.app[SUP_KEY].workers)
     if not raw.isdigit():
-        return _json(404, "a recording id is a number")
+        return json_error(404, "a recording id is a number")
     index, own = int(raw) % workers, int(raw) // workers
     resp = await forward(request, index, path=f"/api/recordings/{own}")
     return renumbered(resp, index, workers)

@@ -38,7 +38,7 @@ from typing import Any
 from models.operating import OperatingPoint
 from models.policies import ExitPolicy
 
-log = logging.getLogger("edge_app.governor")
+log = logging.getLogger(__name__)
 
 
 class LoadGovernor:
