@@ -40,7 +40,7 @@ def command(args: argparse.Namespace) -> list[str]:
             "--address", args.address, "--grpc-port", str(args.grpc_port), "--http-port", str(args.http_port),
             "--metrics-port", str(args.metrics_port), "--max-batch", str(args.max_batch),
             "--queue-delay-us", str(args.queue_delay_us), "--threads", str(args.threads), "--max-queue",
-            str(args.max_queue), "--load-headroom", str(args.load_headroom)]
+            str(args.max_queue), "--load-headroom", str(args.load_headroom), "--providers", args.providers]
 
 
 def cmd_infer_server(args: argparse.Namespace) -> int:
@@ -70,6 +70,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
     p.add_argument("--max-queue", type=int, default=64, help="frames waiting in Triton's queue at most; more are "
                    "rejected at once and answered from each box's cheap path (0: no limit)")
+    p.add_argument("--providers", default="cpu", help="ONNX Runtime providers for the chain, in order: cpu, or "
+                   "cuda,cpu on a GPU box (its .venv-triton made with EDGE_APP_TRITON_GPU=1)")
     p.add_argument("--load-headroom", type=float, default=0.85, help="the load governor here: the share of the "
                    "model's time that governed frames (boxes with [policy] adapt_to_load) may expect to use")
     p.set_defaults(func=cmd_infer_server)
@@ -77,11 +79,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
 def start_process(model: Path, grpc_port: int, http_port: int, metrics_port: int, log: Path,
                   queue_delay_us: int = 2000, access_token: str | None = None,
-                  max_queue: int = 64, load_headroom: float = 0.85) -> subprocess.Popen[bytes]:
+                  max_queue: int = 64, load_headroom: float = 0.85, max_batch: int = 32,
+                  providers: str = "cpu") -> subprocess.Popen[bytes]:
     """``edge-app infer-server`` as a child in its own process group (tests, benchmarks); ``wait_ready`` next."""
     argv = [sys.executable, "-m", "edge_app", "infer-server", "--model", str(model), "--grpc-port", str(grpc_port),
             "--http-port", str(http_port), "--metrics-port", str(metrics_port), "--queue-delay-us",
-            str(queue_delay_us), "--max-queue", str(max_queue), "--load-headroom", str(load_headroom)]
+            str(queue_delay_us), "--max-queue", str(max_queue), "--load-headroom", str(load_headroom), "--max-batch",
+            str(max_batch), "--providers", providers]
     env = {**os.environ, **({"EDGE_APP_TRITON_TOKEN": access_token} if access_token else {})}
     with log.open("ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)

@@ -176,12 +176,17 @@ class ChainModel:
 
 
 def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_batch: int, queue_delay_us: int,
-          threads: int, address: str, max_queue: int = 0, load_headroom: float = 0.85) -> None:
+          threads: int, address: str, max_queue: int = 0, load_headroom: float = 0.85,
+          providers: tuple[str, ...] = ("cpu",)) -> None:
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, QueuePolicy, Tensor
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
-    backend = load_backend("onnxruntime", folder, ("cpu",), threads, 2)
+    backend = load_backend("onnxruntime", folder, providers, threads, 2)
+    used = list(backend.providers)
+    if "cuda" in providers and "CUDAExecutionProvider" not in used:
+        log.warning("infer-server: CUDA asked for, but ONNX Runtime runs on %s here (onnxruntime-gpu in "
+                    ".venv-triton: EDGE_APP_TRITON_GPU=1 bash tools/triton-env.sh; a visible GPU)", used)
     service = InferenceService(backend)
     model = ChainModel(service, ServerGovernors(service, folder, load_headroom))
     h, w = backend.manifest.input.height, backend.manifest.input.width
@@ -215,7 +220,8 @@ def serve(folder: Path, grpc_port: int, http_port: int, metrics_port: int, max_b
                         # a full queue rejects at once: the client answers that frame from its cheap path
                         default_queue_policy=QueuePolicy(max_queue_size=max_queue))),
                     strict=False)
-        print(f"infer-server: model {backend.manifest.name} ({e} exits, {c} classes, {h}x{w}) as {MODEL_NAME}; "
+        print(f"infer-server: model {backend.manifest.name} ({e} exits, {c} classes, {h}x{w}) as {MODEL_NAME} on "
+              f"{', '.join(used) or 'ONNX Runtime'}; "
               f"gRPC {address}:{grpc_port}, HTTP {http_port}, metrics {metrics_port}; batches up to {max_batch} "
               f"within {queue_delay_us} us", flush=True)
         triton.serve()
@@ -232,12 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queue-delay-us", type=int, default=2000, help="the dynamic batcher's window")
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
     p.add_argument("--max-queue", type=int, default=0, help="frames waiting at most; more are rejected (0: no limit)")
+    p.add_argument("--providers", default="cpu", help="ONNX Runtime providers in order, comma-separated (cuda,cpu)")
     p.add_argument("--load-headroom", type=float, default=0.85, help="the governor's share of the model instance's "
                    "time that governed frames may expect to use ([policy] load_headroom on a box)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     serve(a.model, a.grpc_port, a.http_port, a.metrics_port, a.max_batch, a.queue_delay_us, a.threads, a.address,
-          a.max_queue, a.load_headroom)
+          a.max_queue, a.load_headroom, tuple(p.strip() for p in a.providers.split(",") if p.strip()))
     return 0
 
 

@@ -74,6 +74,10 @@ def cmd_bench_triton(args: argparse.Namespace) -> int:
         print(f"error: needs the demo test split {DEMO_TEST_SPLIT} (edge-app export makes it)", file=sys.stderr)
         return 2
     model = deployed_model(load_config(args.config))
+    if args.paced:
+        providers = tuple(p.strip() for p in args.providers.split(",") if p.strip())
+        print(asyncio.run(triton.paced_run(model, DEMO_TEST_SPLIT, args.paced_seconds, providers)))
+        return 0
     print(asyncio.run(triton.run(model, DEMO_TEST_SPLIT, args.frames, args.blocks, args.seconds, args.streams)))
     return 0
 
@@ -386,6 +390,11 @@ def add_tool_commands(sub: Any) -> None:
     bt.add_argument("--blocks", type=int, default=3, help="overhead: blocks per mode, taken in turns")
     bt.add_argument("--seconds", type=float, default=10.0, help="streams: seconds per runner")
     bt.add_argument("--streams", type=int, default=8)
+    bt.add_argument("--paced", action="store_true", help="instead: the most 30 fps streams at 99 %% on time, local "
+                    "and Triton, batched and not")
+    bt.add_argument("--paced-seconds", type=float, default=4.0, help="paced: seconds per try")
+    bt.add_argument("--providers", default="cpu", help="paced: ONNX Runtime providers on both sides (cuda,cpu on a "
+                    "GPU box)")
     bt.set_defaults(func=cmd_bench_triton)
     bs = sub.add_parser("bench-smoothing", help="label flips and quality jumps with temporal smoothing off and on")
     bs.add_argument("--config", type=Path, default=DEFAULT_CONFIG)

@@ -9,6 +9,12 @@ the local runner, on the same frames.
   local runner batching across streams (``batch_window_ms`` 2) against Triton's dynamic batcher (2 ms queue delay):
   frames a second, and the batches Triton formed (its own metrics, ``nv_inference_count`` /
   ``nv_inference_exec_count``, and the size each frame's batch had).
+* ``paced`` (``--paced``, on its own): streams as cameras, 30 frames/s each, every frame due within one frame
+  interval (33 ms, the whole compute budget), one frame in flight per stream (a frame whose turn comes while the
+  one before it still runs is late, as in the app's pipelines); the most streams with 99 % of frames on time and
+  1 % or fewer answered from the cheap path, found by doubling and then halving the gap, for the local runner
+  frame by frame and batched, and Triton with its dynamic batcher and without batching (a second server,
+  ``--max-batch 1 --queue-delay-us 0``). ``--providers cuda,cpu`` runs the chain on a GPU on both sides.
 """
 
 from __future__ import annotations
@@ -72,6 +78,105 @@ async def run(model: Path, frames_npz: Path, frames: int, blocks: int, seconds: 
             lines += await many_streams(model, frames_npz, seconds, streams, f"127.0.0.1:{grpc}", mport)
         finally:
             kill_process(proc)
+    return "\n".join(lines)
+
+
+FPS = 30.0
+
+
+async def paced(runner: InferenceService, xs: list[np.ndarray], policy: Any, streams: int, seconds: float
+                ) -> dict[str, float]:
+    """``streams`` cameras at ``FPS`` for ``seconds`` through ``runner``: the share of frames answered within one
+    frame interval, the share answered from the cheap path, latency p95."""
+    deadline = 1.0 / FPS
+    late = [0]
+    lat: list[float] = []
+    cheap0 = getattr(runner, "counts", {}).get("cheap_path", 0)
+    start = time.monotonic() + 0.3
+
+    async def camera(k: int) -> None:
+        for i in range(int(seconds * FPS)):
+            due = start + (k / streams + i) / FPS  # the streams' frames spread over the interval
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            left = deadline - (time.monotonic() - due)
+            if left <= 0.001:
+                late[0] += 1  # its turn came while the frame before it still ran
+                continue
+            await runner.run(ChainRequest(xs[(7 * k + i) % len(xs)], policy, 1, 3, timeout_s=left, source=f"cam{k}"))
+            lat.append(time.monotonic() - due)
+            late[0] += lat[-1] > deadline
+
+    await asyncio.gather(*(camera(k) for k in range(streams)))
+    total = streams * int(seconds * FPS)
+    cheap = getattr(runner, "counts", {}).get("cheap_path", 0) - cheap0
+    return {"on_time": 1 - late[0] / total, "cheap": cheap / total,
+            "p95_ms": float(np.percentile(lat, 95)) * 1e3 if lat else float("nan")}
+
+
+async def most_streams(runner: InferenceService, xs: list[np.ndarray], policy: Any, seconds: float,
+                       cap: int = 256) -> tuple[int, dict[int, dict[str, float]]]:
+    """The most streams at 99 % on time (and 1 % or fewer from the cheap path): doubling, then halving the gap."""
+    tried: dict[int, dict[str, float]] = {}
+
+    async def ok(n: int) -> bool:
+        tried[n] = await paced(runner, xs, policy, n, seconds)
+        return tried[n]["on_time"] >= 0.99 and tried[n]["cheap"] <= 0.01
+
+    good, bad = 0, cap + 1
+    n = 1
+    while n <= cap and await ok(n):
+        good, n = n, n * 2
+    bad = min(n, bad)
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if await ok(mid):
+            good = mid
+        else:
+            bad = mid
+    return good, tried
+
+
+async def paced_run(model: Path, npz: Path, seconds: float, providers: tuple[str, ...]) -> str:
+    backend = load_backend("onnxruntime", model, providers, 1, 2)
+    policy = configured_policy(model, "auto")
+    with np.load(npz) as z:
+        xs = [backend.preprocess(img) for img in z["images"][:64]]
+    lines = [f"paced: cameras at {FPS:.0f} frames/s, each frame due within {1e3 / FPS:.1f} ms, policy as shipped, "
+             f"{seconds:.0f} s per try; the chain on {', '.join(backend.providers)}",
+             f"  {'runner':<34}{'streams':>8}{'on time':>9}{'cheap path':>12}{'p95 ms':>8}   (at that count; "
+             f"then the first count that failed)"]
+
+    def row(name: str, best: int, tried: dict[int, dict[str, float]]) -> str:
+        at = tried.get(best, {"on_time": float("nan"), "cheap": float("nan"), "p95_ms": float("nan")})
+        over = min((n for n in tried if n > best), default=None)
+        tail = "" if over is None else (f"   {over}: {100 * tried[over]['on_time']:.1f} % on time, "
+                                        f"{100 * tried[over]['cheap']:.1f} % cheap")
+        return (f"  {name:<34}{best:>8}{100 * at['on_time']:8.1f}%{100 * at['cheap']:11.1f}%{at['p95_ms']:8.1f}"
+                + tail)
+
+    for name, runner in (("local, frame by frame", InferenceService(backend)),
+                         ("local, batched (2 ms)", InferenceService(backend, batch_window_ms=2.0, max_batch=32))):
+        runner.start()
+        best, tried = await most_streams(runner, xs, policy, seconds)
+        await runner.stop()
+        lines.append(row(name, best, tried))
+    for name, max_batch, delay_us in (("triton, dynamic batcher (2 ms)", 32, 2000), ("triton, no batching", 1, 0)):
+        with tempfile.TemporaryDirectory() as tmp:
+            grpc, http, mport = free_port(), free_port(), free_port()
+            log = Path(tmp) / "triton.log"
+            proc = start_process(model, grpc, http, mport, log, queue_delay_us=delay_us, max_batch=max_batch,
+                                 providers=",".join(providers))
+            try:
+                wait_ready(proc, http, log)
+                remote = TritonRunner(backend, f"127.0.0.1:{grpc}")
+                remote.start()
+                for x in xs[:10]:
+                    await remote.run(ChainRequest(x, policy, 1, 3))
+                best, tried = await most_streams(remote, xs, policy, seconds)
+                await remote.stop()
+            finally:
+                kill_process(proc)
+        lines.append(row(name, best, tried))
     return "\n".join(lines)
 
 
