@@ -173,12 +173,12 @@ def relabel(text: str, worker: int, seen: set[str]) -> list[str]:
             continue
         if not line.strip():
             continue
-        name, _, rest = line.partition(" ")
-        if "{" in name:
-            name = name[:-1] + f',worker="{worker}"}}' if name.endswith("}") else name
+        if "{" in line:  # labels end at the last "}" (a label's value may hold spaces)
+            series, _, rest = line.rpartition("}")
+            out.append(f'{series},worker="{worker}"}}{rest}')
         else:
-            name = f'{name}{{worker="{worker}"}}'
-        out.append(f"{name} {rest}")
+            name, _, rest = line.partition(" ")
+            out.append(f'{name}{{worker="{worker}"}} {rest}')
     return out
 
 

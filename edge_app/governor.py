@@ -14,10 +14,11 @@ from typing import Any
 
 from edge_app.config import AppConfig
 from edge_app.metrics import Metrics
-from models.governor import LoadGovernor
+from models.governor import LoadGovernor, smooth_into
 from models.manifest import read_manifest
 from models.operating import OperatingPoint, operating_points, resolve_points
 from models.policies import ExitPolicy
+from models.triton_runner import TritonRunner
 
 __all__ = ["Governor", "LoadGovernor", "RemoteGovernor", "governor_for"]
 
@@ -29,7 +30,7 @@ async def governor_for(config: AppConfig, folder: Path, policy: ExitPolicy, metr
     adapt_to_load = false``."""
     if not config.policy.adapt_to_load:
         return None
-    if getattr(runner, "governed", None) is not None:  # a TritonRunner
+    if isinstance(runner, TritonRunner):
         return RemoteGovernor(runner, policy, metrics)
     points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, policy)
     governor: LoadGovernor | None = None
@@ -53,7 +54,7 @@ class RemoteGovernor:
     frame; every governed frame carries the configured policy (point 0), and the server answers at the point the
     whole load allows, reporting it back (``runner.governor``)."""
 
-    def __init__(self, runner: Any, policy: ExitPolicy, metrics: Metrics) -> None:
+    def __init__(self, runner: TritonRunner, policy: ExitPolicy, metrics: Metrics) -> None:
         self.runner, self.base, self.metrics = runner, policy, metrics
         runner.governed = True
 
@@ -61,8 +62,7 @@ class RemoteGovernor:
         """The server counts arrivals: every frame it is sent."""
 
     def own_work(self, source: str, ms: float) -> None:
-        old = self.runner.own_ms.get(source)
-        self.runner.own_ms[source] = ms if old is None else 0.9 * old + 0.1 * ms
+        smooth_into(self.runner.own_ms, source, ms)
 
     def dropped(self, now_s: float) -> None:
         self.runner.dropped += 1

@@ -81,9 +81,7 @@ class Hub:
 
     async def start(self) -> None:
         self.service.start()
-        probe = getattr(self.service, "probe", None)  # a remote runner: say at once when its server is not there
-        if probe is not None:
-            await probe()
+        await self.service.probe()  # a remote runner says at once when its server is not there
         lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
         self.governor = await governor_for(self.config, self.service.backend.folder, self.policy, self.metrics,
                                            self.service)

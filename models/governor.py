@@ -41,6 +41,12 @@ from models.policies import ExitPolicy
 log = logging.getLogger(__name__)
 
 
+def smooth_into(per_source: dict[str, float], source: str, ms: float) -> None:
+    """``source``'s own work per frame, as an exponentially weighted mean (a tenth for each new frame)."""
+    old = per_source.get(source)
+    per_source[source] = ms if old is None else 0.9 * old + 0.1 * ms
+
+
 class LoadGovernor:
     RATE_WINDOW_S = 1.0  # arrival rate over this long, per source
     EVERY_S = 0.1  # re-evaluated at most this often
@@ -90,8 +96,7 @@ class LoadGovernor:
 
     def own_work(self, source: str, ms: float) -> None:
         """``source``'s pipeline spent ``ms`` on a frame outside inference (its own thread time per frame)."""
-        old = self._own_ms.get(source)
-        self._own_ms[source] = ms if old is None else 0.9 * old + 0.1 * ms
+        smooth_into(self._own_ms, source, ms)
 
     def dropped(self, now_s: float) -> None:
         """A frame was dropped as stale behind a busy pipeline (load, not a swap or a capture)."""

@@ -136,6 +136,10 @@ class InferenceService:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="inference")
 
+    async def probe(self) -> bool:
+        """Whether the runner can answer now (a remote one says in a line when it cannot); local: always."""
+        return True
+
     async def stop(self) -> None:
         if self._flush is not None:
             self._flush.cancel()

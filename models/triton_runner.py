@@ -102,12 +102,8 @@ class TritonRunner(InferenceService):
     async def probe(self, timeout_s: float = 2.0) -> bool:
         """Whether the server answers and serves the chain model now; when not, one clear line, and ``status()``
         says ``down`` with the reason (the frames meanwhile take the cheap path)."""
-        import tritonclient.grpc.aio as grpcclient
-
-        if self.client is None:
-            self.client = open_client(grpcclient, self.url)
         try:
-            ready = await asyncio.wait_for(self.client.is_model_ready(self.model_name), timeout_s)
+            ready = await asyncio.wait_for(self._client().is_model_ready(self.model_name), timeout_s)
             why = None if ready else f"the server answers but model {self.model_name!r} is not ready"
         except Exception as exc:  # any failure to reach it is the answer
             why = f"{reason(exc)}: {str(exc)[:200] or type(exc).__name__}"
@@ -117,6 +113,13 @@ class TritonRunner(InferenceService):
         log.warning("inference: Triton at %s is not serving (%s); %s until it is (start it with edge-app "
                     "infer-server; /status model.runner shows the state)", self.url, why, self._fallback_words())
         return False
+
+    def _client(self) -> Any:
+        if self.client is None:
+            import tritonclient.grpc.aio as grpcclient
+
+            self.client = open_client(grpcclient, self.url)
+        return self.client
 
     def _fallback_words(self) -> str:
         if not self.fallback:
@@ -181,8 +184,7 @@ class TritonRunner(InferenceService):
         import tritonclient.grpc.aio as grpcclient
         from tritonclient.utils import InferenceServerException
 
-        if self.client is None:
-            self.client = open_client(grpcclient, self.url)
+        self._client()
         key, blob = self._policy(request.policy)
         timeout = request.timeout_s if request.timeout_s is not None else self.timeout_s
         x = np.ascontiguousarray(request.x, np.float32)

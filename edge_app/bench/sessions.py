@@ -37,11 +37,6 @@ log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds of the server: every process in its process group (the control process and its workers)."""
-    return group_cpu_s(pid)
-
-
 async def wait_healthy(http: aiohttp.ClientSession, base: str, timeout_s: float = 30.0) -> None:
     """Until the server at ``base`` answers /healthz (a server process just started)."""
     for _ in range(int(timeout_s * 10)):
@@ -88,7 +83,7 @@ async def _run(model: Path, max_sessions: int, window_s: float, npz: Path | None
                               "workers": workers, "peer_processes": peer_processes, "pre_encoded": pre_encoded}
 
     def cpu() -> tuple[float, float]:
-        return _cpu_s(server.pid), pool.cpu_s()
+        return group_cpu_s(server.pid), pool.cpu_s()  # the control process and its workers: one process group
 
     def cpu_pct(c0: tuple[float, float], t0: float) -> dict[str, float]:
         (s1, p1), dt = cpu(), time.monotonic() - t0

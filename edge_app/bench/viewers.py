@@ -25,8 +25,9 @@ from aiortc.mediastreams import MediaStreamError
 from edge_app import protocol
 from edge_app.bench.peers import peer_video
 from edge_app.bench.rtsp_camera import RtspServer, free_port, gst_rtsp_available
-from edge_app.bench.sessions import _cpu_s, wait_healthy
+from edge_app.bench.sessions import wait_healthy
 from edge_app.bench.testvideo import write_jpegs
+from edge_app.bench.triton import group_cpu_s
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,11 +114,11 @@ async def _measure(mode: str, viewers: int, window_s: float, camera_url: str, mo
             for p in peers:
                 await p.join(http, base)
             await asyncio.sleep(4.0)  # connect, the first keyframes, the encoders' rate settling
-            f0, c0, t0 = [p.frames for p in peers], _cpu_s(server.pid), time.monotonic()
+            f0, c0, t0 = [p.frames for p in peers], group_cpu_s(server.pid), time.monotonic()
             a0 = (await first_camera(http, base))["frames_analysed"]
             await asyncio.sleep(window_s)
             wall = time.monotonic() - t0
-            cpu = 100 * (_cpu_s(server.pid) - c0) / wall
+            cpu = 100 * (group_cpu_s(server.pid) - c0) / wall
             cam = await first_camera(http, base)
         fps = [(p.frames - f) / wall for p, f in zip(peers, f0, strict=True)]
         pictures = {p.pictures[-1] if p.pictures else "?" for p in peers}
