@@ -19,6 +19,7 @@ import numpy as np
 
 from streams.codecinfo import PacketSink
 from streams.frames import LatestSlot, SourceFrame
+from streams.source import common_status
 from streams.tasks import cancel_and_wait
 
 
@@ -39,6 +40,7 @@ class DemoCamera:
         self.labels: list[str] = [str(item["label"]) for item in index]
         self.name, self.fps, self.hold = name, fps, hold
         self.safe_url = f"demo:{folder.name}"
+        self.transport_in_use = "demo"  # made in this process
         self.state = "stopped"
         self.frames = self.reconnects = self.connects = 0
         self.last_error: str | None = None
@@ -63,9 +65,7 @@ class DemoCamera:
             await asyncio.sleep(max(0.0, t0 + self.frames / self.fps - time.monotonic()))
 
     def status(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "url": self.safe_url, "state": self.state,
-                "transport": "demo", "frames": self.frames, "reconnects": 0, "connects": self.connects,
-                "last_error": None, "resolution": self.resolution, "labelled": True}
+        return {**common_status(self), "transport": "demo"}
 
     def forward_problem(self) -> str | None:
         return "the demo camera has no compressed stream to forward"

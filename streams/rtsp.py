@@ -37,6 +37,7 @@ from av.video.frame import PictureType
 from streams.codecinfo import CodecInfo, PacketSink, passthrough_problem
 from streams.frames import LatestSlot, SourceFrame
 from streams.redact import add_url_secrets, redact, redact_url
+from streams.source import common_status
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +107,7 @@ class RtspCamera:
 
     def status(self) -> dict[str, Any]:
         """What ``/status`` shows of this source (no secret: the URL's password is masked)."""
-        return {"name": self.name, "kind": self.kind, "url": self.safe_url, "state": self.state,
-                "transport": self.transport, "transport_in_use": self.transport_in_use, "frames": self.frames,
-                "reconnects": self.reconnects, "connects": self.connects, "decode_errors": self.decode_errors,
-                "last_error": None if self.last_error is None else redact(self.last_error),
-                "resolution": self.resolution}
+        return {**common_status(self), "transport": self.transport, "decode_errors": self.decode_errors}
 
     def forward_problem(self) -> str | None:
         """Why this source's compressed stream cannot go to a browser as it is (None: it can)."""

@@ -137,6 +137,9 @@ def test_two_boxes_behind_haproxy_share_one_triton_and_a_stopped_box_sends_sessi
           f"session on {other} (answered {after}), {results[1]} results; "
           f"runner {runner.get('model', {}).get('runner')}")
     assert first.get("error") is None and second.get("error") is None, (first.get("error"), second.get("error"))
+    for run in (first, second):  # what the page showed through the balancer: no error, a health pill that is not bad
+        assert run.get("page_errors") == [], run.get("page_errors")
+        assert "bad" not in str((run.get("health") or ["", ""])[0]).split(), run.get("health")
     assert served[holder] == 1 and served[other] == 0, served
     assert after == 1, "the next session landed on the box still up"
     assert min(results) >= 60, results

@@ -183,6 +183,9 @@ def test_rtt_estimate_and_exits_follow_a_delay_step(tmp_path: Path,
     counts = json.loads((tmp_path / "run" / "counts.json").read_text())
     print(f"every frame stamped: {counts}; answered {summary['frames']} ({summary['skipped']} skipped at the "
           f"server), on time {100 * summary['on_time_of_sent']:.1f} % of those stamped")
+    page = json.loads((tmp_path / "run" / "page.json").read_text())  # what the page showed across the step
+    assert page["page_errors"] == [], page["page_errors"]
+    assert "bad" not in str((page["health"] or ["", ""])[0]).split(), page["health"]
     assert counts["sent"] == summary["frames"] + counts["unanswered"], "every frame stamped is answered or counted"
     assert counts["unanswered"] == counts["not_sent"] + counts["unreadable"] + counts["lost"], \
         "each unanswered frame has a reason"

@@ -10,10 +10,15 @@ import { initTeach } from "./teach.js";
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const probe = params.has("probe") ? await import("./probe.js") : null;
+// The server is alive while results or pongs come: the page pings it every PING_MS; when neither has come for
+// SILENT_MS (its worker died, the box restarted, the path broke), the page says so and offers again by itself
+// (after RETRY_MS, doubling up to RETRY_MAX_MS while offers fail), until the user presses Disconnect.
+const PING_MS = 500, SILENT_MS = 2000, RETRY_MS = 1000, RETRY_MAX_MS = 10_000;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
   numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, picture: null, overlayDrawn: 0, matcher: null, model: null, models: 0, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
+  lastHeard: 0, silences: 0, reoffering: false, reofferTimer: null, reofferMs: RETRY_MS, liveTimer: null, pingId: 0,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
   probeLatencies: () => (probe ? probe.probeLatencies(edge.probe) : null),
 };
@@ -68,9 +73,10 @@ function setState(s, detail) {
   edge.state = s;
   const pill = $("conn");
   pill.textContent = detail ? `${s}: ${detail}` : s;
-  pill.className = "pill " + ({ connected: "ok", failed: "bad", error: "bad" }[s] || "");
-  $("connect").disabled = s === "connecting" || s === "connected";
-  $("disconnect").disabled = !(s === "connecting" || s === "connected");
+  pill.className = "pill " + ({ connected: "ok", failed: "bad", error: "bad", reconnecting: "warn" }[s] || "");
+  const busy = s === "connecting" || s === "connected" || s === "reconnecting";
+  $("connect").disabled = busy;
+  $("disconnect").disabled = !busy;
 }
 
 async function loadStatus() {
@@ -105,6 +111,7 @@ function connectHint() {
 
 function failConnect(pc, why) {
   if (edge.pc !== pc || edge.state === "failed") return;
+  if (edge.reoffering) { teardown(); reofferLater(why); return; }
   edge.error = `${why}: ${connectHint()}`;
   setState("failed", edge.error);
   teardown();
@@ -128,6 +135,7 @@ async function connect() {
     const pc = edge.pc = new RTCPeerConnection({ iceServers: status.ice_servers || [] });
     const channel = edge.channel = pc.createDataChannel("results", { ordered: false, maxRetransmits: 0 });
     channel.onmessage = (e) => onMessage(channel, e.data);
+    channel.onopen = () => watchLiveness(pc, channel);
     pc.ontrack = (e) => { if (edge.videoBack) $("video").srcObject = e.streams[0] || new MediaStream([e.track]); };
     pc.onconnectionstatechange = () => {
       if (pc.connectionState === "connected") {
@@ -188,10 +196,39 @@ async function connect() {
       sender.setParameters(p).catch((err) => console.warn("setParameters", err));
     }
   } catch (err) {
+    teardown();
+    if (edge.reoffering) { reofferLater(String(err.message || err)); return; }
     edge.error = String(err.message || err);
     setState("error", edge.error);
-    teardown();
   }
+}
+
+// Results or pongs must keep coming while connected (see PING_MS above).
+function watchLiveness(pc, channel) {
+  edge.lastHeard = performance.now();
+  edge.reoffering = false;
+  edge.reofferMs = RETRY_MS;  // connected again: the next silence starts the backoff afresh
+  clearInterval(edge.liveTimer);
+  edge.liveTimer = setInterval(() => {
+    if (edge.pc !== pc) { clearInterval(edge.liveTimer); return; }
+    if (performance.now() - edge.lastHeard > SILENT_MS) { serverSilent(); return; }
+    if (channel.readyState === "open") channel.send(JSON.stringify({ type: "ping", id: ++edge.pingId }));
+  }, PING_MS);
+}
+
+function serverSilent() {
+  edge.silences += 1;
+  teardown();
+  reofferLater(`the server went silent (no results or pongs for ${SILENT_MS / 1000} s)`);
+}
+
+// Offer again after a pause: the server places the new session where it can (a live worker).
+function reofferLater(why) {
+  edge.reoffering = true;
+  setState("reconnecting", `${why}; offering again in ${(edge.reofferMs / 1000).toFixed(0)} s`);
+  clearTimeout(edge.reofferTimer);
+  edge.reofferTimer = setTimeout(() => { edge.reofferTimer = null; connect(); }, edge.reofferMs);
+  edge.reofferMs = Math.min(RETRY_MAX_MS, 2 * edge.reofferMs);
 }
 
 // What the video from the server shows: "camera" (the camera's own picture: each result is drawn here, over the
@@ -209,6 +246,7 @@ function pictureChanged(picture) {
 
 function teardown() {
   clearTimeout(edge.connectTimer);
+  clearInterval(edge.liveTimer);
   clearOverlay($("overlay"));
   if (edge.matcher) edge.matcher.stop();
   if (edge.pc) edge.pc.close();
@@ -216,9 +254,16 @@ function teardown() {
   edge.pc = edge.channel = edge.localStream = edge.matcher = edge.picture = null;
 }
 
-function disconnect() { teardown(); setState("idle"); }
+function disconnect() {
+  clearTimeout(edge.reofferTimer);
+  edge.reofferTimer = null;
+  edge.reoffering = false;
+  teardown();
+  setState("idle");
+}
 
 function onMessage(channel, data) {
+  edge.lastHeard = performance.now();
   let msg;
   try { msg = parseMessage(data); } catch (e) { edge.badMessages = (edge.badMessages || 0) + 1; console.warn(e.message); return; }
   if (msg.type === "ping") {
@@ -226,6 +271,7 @@ function onMessage(channel, data) {
     if (edge.matcher) edge.matcher.serverClock(msg.t);
     return;
   }
+  if (msg.type === "pong") return;  // the server is alive (lastHeard above)
   if (msg.type === "source") { showSource(msg); return; }
   if (msg.type === "uplink") { applyUplink(msg); return; }
   if (msg.type === "model") { modelChanged(msg); return; }
@@ -336,28 +382,46 @@ async function pollStats() {
   }
 }
 
+// One line per camera, from the keys every source kind reports (streams/source.py STATUS_KEYS); what only some
+// kinds add (an RTSP camera's last error, a labelled source's live accuracy) is read only when it is there.
+function cameraLine(c) {
+  const how = c.transport_in_use ? ` over ${String(c.transport_in_use).toUpperCase()}` : "";
+  const acc = c.live_accuracy;
+  return `${c.name}: ${c.state}${how}` + (Array.isArray(c.resolution) ? ` ${c.resolution.join("×")}` : "") +
+    `, ${c.frames_analysed ?? 0} frames analysed, ${c.reconnects ?? 0} reconnects` +
+    (c.last_error ? ` (last error: ${c.last_error})` : "") +
+    (acc ? `; live accuracy raw ${(100 * acc.raw).toFixed(1)} %, smoothed ${(100 * acc.smoothed).toFixed(1)} % ` +
+      `(${acc.frames} frames)` : "");
+}
+
+function showStatus(s) {
+  fillSources(s);
+  const m = s.model;
+  if (!charts) makeCharts(m.num_exits);
+  $("model-line").textContent = `${m.name} on ${m.providers[0].replace("ExecutionProvider", "")} · ` +
+    m.exits.map((e) => `${e.name} ${(100 * e.test_accuracy).toFixed(1)} % @ ${e.cost_median_ms.toFixed(2)} ms`).join(" · ");
+  $("model-line").className = m.device === "cpu" ? "warn" : "";
+  $("cameras").replaceChildren(...(s.cameras.length ? s.cameras : [null]).map((c) => {
+    const li = document.createElement("li");
+    li.textContent = c === null ? "no cameras configured ([[cameras]] in config.toml)" : cameraLine(c);
+    li.className = c && c.state !== "streaming" ? "warn" : "";
+    return li;
+  }));
+}
+
+// The health pill says whether the server answers; what the page makes of the answer is its own business: a
+// mistake there goes to the console (the tests collect it), never to the user as "unreachable".
 async function refreshStatus() {
+  let s;
   try {
-    const s = await loadStatus();
-    fillSources(s);
-    const m = s.model;
-    if (!charts) makeCharts(m.num_exits);
-    $("model-line").textContent = `${m.name} on ${m.providers[0].replace("ExecutionProvider", "")} · ` +
-      m.exits.map((e) => `${e.name} ${(100 * e.test_accuracy).toFixed(1)} % @ ${e.cost_median_ms.toFixed(2)} ms`).join(" · ");
-    $("model-line").className = m.device === "cpu" ? "warn" : "";
-    $("cameras").replaceChildren(...(s.cameras.length ? s.cameras : [null]).map((c) => {
-      const li = document.createElement("li");
-      li.textContent = c === null ? "no cameras configured ([[cameras]] in config.toml)"
-        : `${c.name}: ${c.state} over ${c.transport_in_use.toUpperCase()}` + (c.resolution ? ` ${c.resolution.join("×")}` : "") +
-          `, ${c.frames_analysed} frames analysed, ${c.reconnects} reconnects` + (c.last_error ? ` (last error: ${c.last_error})` : "") +
-          (c.live_accuracy ? `; live accuracy raw ${(100 * c.live_accuracy.raw).toFixed(1)} %, smoothed ${(100 * c.live_accuracy.smoothed).toFixed(1)} % (${c.live_accuracy.frames} frames)` : "");
-      li.className = c && c.state !== "streaming" ? "warn" : "";
-      return li;
-    }));
-    $("health").textContent = `${s.sessions.length} session(s)`; $("health").className = "pill ok";
+    s = await loadStatus();
   } catch (err) {
-    $("health").textContent = `server unreachable (${err.message})`; $("health").className = "pill bad";
+    $("health").textContent = err instanceof TypeError ? "server unreachable" : String(err.message || err);
+    $("health").className = "pill bad";
+    return;
   }
+  $("health").textContent = `${s.sessions.length} session(s)`; $("health").className = "pill ok";
+  try { showStatus(s); } catch (err) { console.error("the page could not show /status:", err); }
 }
 
 // A labelled source (the demo camera) says what each frame shows: live accuracy of the raw and smoothed answers.

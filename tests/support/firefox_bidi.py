@@ -18,11 +18,13 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from support.pagewatch import PageWatch
 
 FIREFOX = "/usr/bin/firefox-esr"
 PREFS = {
@@ -55,13 +57,24 @@ def available() -> bool:
 
 
 class BidiPage:
+    """One browsing context. The page's JavaScript errors and ``console.error`` lines (BiDi ``log.entryAdded``) go
+    to its ``PageWatch`` as they are read, between commands."""
+
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, context: str) -> None:
         self._ws = ws
         self.context = context
         self._ids = itertools.count(100)
+        self.watch = PageWatch(self, self.evaluate)
 
     async def command(self, method: str, params: dict[str, Any], timeout_s: float = 30) -> dict[str, Any]:
-        return await _command(self._ws, self._ids, method, params, timeout_s)
+        return await _command(self._ws, self._ids, method, params, timeout_s, self._event)
+
+    def _event(self, msg: dict[str, Any]) -> None:
+        if msg.get("method") != "log.entryAdded":
+            return
+        entry = msg.get("params", {})
+        if entry.get("type") == "javascript" or entry.get("level") == "error":
+            self.watch.error(f"{entry.get('type')} {entry.get('level')}: {entry.get('text')}")
 
     async def goto(self, url: str) -> None:
         await self.command("browsingContext.navigate", {"context": self.context, "url": url, "wait": "complete"})
@@ -94,13 +107,16 @@ class BidiPage:
 
 
 async def _command(ws: aiohttp.ClientWebSocketResponse, ids: itertools.count[int], method: str,
-                   params: dict[str, Any], timeout_s: float = 30) -> dict[str, Any]:
+                   params: dict[str, Any], timeout_s: float = 30,
+                   on_event: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     cid = next(ids)
     await ws.send_json({"id": cid, "method": method, "params": params})
     async with asyncio.timeout(timeout_s):
         while True:
             msg = await ws.receive_json()
             if msg.get("id") != cid:
+                if on_event is not None and "method" in msg:
+                    on_event(msg)
                 continue  # events
             if msg.get("type") == "error":
                 raise RuntimeError(f"{method}: {msg.get('error')}: {msg.get('message')}")
@@ -131,7 +147,14 @@ async def firefox_page() -> AsyncIterator[BidiPage]:
                 ids = itertools.count(1)
                 await _command(ws, ids, "session.new", {"capabilities": {}})
                 tree = await _command(ws, ids, "browsingContext.getTree", {})
-                yield BidiPage(ws, tree["contexts"][0]["context"])
+                await _command(ws, ids, "session.subscribe", {"events": ["log.entryAdded"]})
+                page = BidiPage(ws, tree["contexts"][0]["context"])
+                try:
+                    yield page
+                    if not page.watch.checked:
+                        await page.watch.check()
+                finally:
+                    page.watch.close()
                 with contextlib.suppress(Exception):
                     await _command(ws, ids, "session.end", {}, timeout_s=5)
             drain.cancel()

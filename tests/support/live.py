@@ -14,6 +14,7 @@ import pytest
 
 from edge_app.bench.peer import results_channel
 from edge_app.config import AppConfig
+from support.pagewatch import check_open_pages, watch_chromium
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = REPO / "models" / "default"
@@ -41,6 +42,7 @@ async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> 
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
         yield f"http://127.0.0.1:{port}"
+        await check_open_pages()  # while the server is still up: what its pages showed (not after a failure)
     finally:
         await runner.cleanup()
         from streams.rtc_settings import restrict_host_addresses
@@ -64,4 +66,10 @@ async def chromium_page(fake_camera: Path | None = None, extra_args: list[str] |
     if shutil.which(CHROMIUM) is None:
         skip_or_fail("needs Debian's chromium (apt-get install chromium; .ci/run does)")
     async with launch(fake_camera, extra_args=extra_args) as page:
-        yield page
+        watch = watch_chromium(page)
+        try:
+            yield page
+            if not watch.checked:
+                await watch.check()
+        finally:
+            watch.close()

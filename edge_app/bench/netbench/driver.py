@@ -4,7 +4,8 @@
 (the benchmark runs it inside the client namespace).  The JSON holds the page's probe records
 (``edge_app/static/probe.js``): for every counter it stamped the wall-clock stamping time and the
 camera's own stamp, every result message with its arrival time, and the display times of annotated
-frames; and the page's error, if any.
+frames; the page's error, if any; and what the page raised meanwhile (``page_errors``: uncaught exceptions and
+``console.error`` lines) with its health pill at the end (``health``: class and text).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ COLLECT = """() => ({
   sent: edge.probe ? edge.probe.log : [], stats: edge.probe ? edge.probe.stats : [],
   results: edge.probe ? edge.probe.results : [], displays: edge.probe ? edge.probe.displays : [],
   latency: edge.probeLatencies(),
+  health: document.getElementById("health") ? [document.getElementById("health").className,
+                                               document.getElementById("health").textContent] : null,
 })"""
 
 
@@ -70,6 +73,9 @@ async def drive(url: str, camera: Path, until: float, screenshot: Path | None = 
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
     async with chromium_page(camera, origin if parts.hostname not in ("127.0.0.1", "localhost") else None) as page:
+        raised: list[str] = []
+        page.on("pageerror", lambda exc: raised.append(f"uncaught: {exc}"))
+        page.on("console", lambda m: raised.append(f"console.error: {m.text}") if m.type == "error" else None)
         for attempt in range(40):  # the server may still be starting
             try:
                 await page.goto(url, timeout=5_000)
@@ -87,6 +93,7 @@ async def drive(url: str, camera: Path, until: float, screenshot: Path | None = 
         if screenshot is not None:
             await page.screenshot(path=str(screenshot), full_page=True)
         out: dict[str, Any] = await page.evaluate(COLLECT)
+        out["page_errors"] = raised
     return out
 
 
