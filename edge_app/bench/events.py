@@ -107,22 +107,24 @@ class Outputs:
         self.store = EventStore(folder)
         self.store.open()
         self.registry = PipelineRegistry()
-        self.output = EventsOutput(self.store, self.registry,
-                                   lambda cam: StateTracker(cam, frozenset(classes), min_s, 0.3), lambda: "bench")
         self.tasks: list[asyncio.Task[None]] = []
         self.mqtt: MqttOutput | None = None
         self.hooks: Webhooks | None = None
+        listeners: list[Any] = []
         if broker is not None:
             self.mqtt = MqttOutput(MqttConfig(enabled=True, port=broker, prefix="bench"), lambda p: p, "bench",
                                    dict)
-            self.output.listeners.append(self.mqtt)
-            self.output.snapshot_listeners.append(self.mqtt.snapshot)
-            self.output.camera_listeners.append(self.mqtt.add_camera)
+            listeners.append(self.mqtt)
             self.tasks.append(asyncio.ensure_future(self.mqtt.run()))
         if hook is not None:
             self.hooks = Webhooks([WebhookConfig(url=hook, secret=SECRET)])
-            self.output.listeners.append(self.hooks)
+            listeners.append(self.hooks)
             self.tasks.append(asyncio.ensure_future(self.hooks.run()))
+        mqtt = self.mqtt
+        self.output = EventsOutput(self.store, self.registry,
+                                   lambda cam: StateTracker(cam, frozenset(classes), min_s, 0.3), lambda: "bench",
+                                   listeners=listeners, snapshot_listeners=[] if mqtt is None else [mqtt.snapshot],
+                                   camera_listeners=[] if mqtt is None else [mqtt.add_camera])
 
     def follow(self, pipe: AnalysisPipeline) -> Callable[[], None]:
         self.registry.add("camera", "bench", pipe)

@@ -4,7 +4,6 @@ pipeline registry (``output``), served at ``/api/events`` (``api``). ``attach`` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from importlib import metadata
@@ -24,6 +23,7 @@ from edge_app.events.output import EventsOutput
 from edge_app.events.store import EventStore
 from edge_app.events.webhooks import Webhooks
 from edge_app.hub import Hub
+from streams.tasks import cancel_and_wait
 
 OUTPUT_KEY = web.AppKey("events_output", EventsOutput)
 HOOKS_KEY = web.AppKey("webhooks", Webhooks)
@@ -32,9 +32,14 @@ LIVE_KEY = web.AppKey("events_live", LiveFeed)
 RETENTION_EVERY_S = 600.0
 
 
+DRAIN_S = 3.0  # at a clean stop, the longest the senders may take to deliver what the stop ended
+
+
 def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
-    """``[events] enabled``: the store opens after the hub has started (its cameras registered), follows every
-    camera, enforces retention every 10 minutes, and ends what is going on at shutdown."""
+    """``[events] enabled``: the store opens (closing what a run that did not stop cleanly left open, and telling the
+    listeners), follows every camera, enforces retention every 10 minutes. At a clean stop, once the hub has
+    stopped: every event going on ends (store, webhooks, MQTT, the live streams), the senders deliver it (at most
+    ``DRAIN_S``), the live streams end, and only then does MQTT say ``offline``."""
     ev = config.events
     if not ev.enabled:
         return
@@ -43,7 +48,6 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
     feed = app[LIVE_KEY] = LiveFeed()
     app.router.add_get("/api/events/live", feed.handle)  # before /api/events/{id}, which would match it
     add_routes(app, store)
-    app.on_shutdown.append(feed.close)
     labels = {c.name: set(c.events) for c in config.cameras}
 
     def tracker(camera: str) -> StateTracker:
@@ -51,33 +55,40 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
         names = set(hub.service.class_names) if "*" in wanted else wanted
         return StateTracker(camera, frozenset(names), ev.min_s, ev.min_confidence)
 
+    async def end_and_drain(app: web.Application) -> None:
+        """``on_shutdown``, after the hub stopped: what is going on ends, and is delivered."""
+        output = app.get(OUTPUT_KEY)
+        if output is None:
+            return
+        output.close(time.time())
+        timeout = min(DRAIN_S, config.server.shutdown_timeout_s)
+        mqtt = app.get(MQTT_KEY)
+        await asyncio.gather(app[HOOKS_KEY].drain(timeout), *([] if mqtt is None else [mqtt.drain(timeout)]))
+
     async def run(app: web.Application) -> AsyncIterator[None]:
         await asyncio.get_running_loop().run_in_executor(None, store.open)
-        output = app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker,
-                                                lambda: hub.service.backend.manifest.name, ev.snapshots)
         hooks = app[HOOKS_KEY] = Webhooks(config.webhooks)
-        output.listeners += [hooks, feed]
-        tasks = [asyncio.create_task(_retention(store), name="event-retention"),
-                 asyncio.create_task(hooks.run(), name="webhooks")]
+        mqtt = None
         if config.mqtt.enabled:
             mqtt = app[MQTT_KEY] = MqttOutput(config.mqtt, config.resolve, _version(), lambda: _stats(app))
-            output.listeners.append(mqtt)
-            output.snapshot_listeners.append(mqtt.snapshot)
-            output.camera_listeners.append(mqtt.add_camera)
-            for name, follower in output.followers.items():
-                mqtt.add_camera(name, sorted(follower.tracker.event_labels))
+        app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker, lambda: hub.service.backend.manifest.name,
+                                       ev.snapshots, listeners=[hooks, feed, *([] if mqtt is None else [mqtt])],
+                                       snapshot_listeners=[] if mqtt is None else [mqtt.snapshot],
+                                       camera_listeners=[] if mqtt is None else [mqtt.add_camera])
+        tasks = [asyncio.create_task(_retention(store), name="event-retention"),
+                 asyncio.create_task(hooks.run(), name="webhooks")]
+        if mqtt is not None:
             tasks.append(asyncio.create_task(mqtt.run(), name="mqtt"))
         collector = EventsCollector(lambda: status(app))
         app[METRICS_KEY].registry.register(collector)
         yield
         app[METRICS_KEY].registry.unregister(collector)
-        for task in tasks:
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*tasks, return_exceptions=True)
-        app[OUTPUT_KEY].close(time.time())
+        app[OUTPUT_KEY].close(time.time())  # a stop with no on_shutdown before it (tests that only clean up)
+        await cancel_and_wait(*tasks)  # MQTT says offline on its way out
         await asyncio.get_running_loop().run_in_executor(None, store.close)
 
+    app.on_shutdown.append(end_and_drain)
+    app.on_shutdown.append(feed.close)  # after the ends were queued to the live streams
     app.cleanup_ctx.append(run)
 
 

@@ -31,6 +31,8 @@ class Event:
     best_at_s: float  # the answer of the best confidence: its snapshot is the event's
     end_s: float | None = None
     id: str = ""
+    ended_by: str | None = None  # None: another state held; "stop": the camera or the app stopped; "restart": the
+    # app was gone (a crash, a power cut) and the next start closed it at the last time it heard of the camera
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,6 @@ class StateTracker:
         """The source stopped (or the app): an event going on ends now."""
         if self.event is None:
             return []
-        ended = replace(self.event, end_s=t)
+        ended = replace(self.event, end_s=t, ended_by="stop")
         self.event, self.state, self._candidate = None, None, None
         return [EventChange("end", self._told, ended)]

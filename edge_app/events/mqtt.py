@@ -9,6 +9,9 @@ one the broker has not acknowledged is sent again after a reconnect. The connect
 2 s ... 30 s). The broker publishes ``offline`` on ``PREFIX/available`` (the last will) when the box vanishes; a
 clean stop publishes it first. A ``homeassistant/status`` of ``online`` (Home Assistant started) publishes the
 discovery again.
+
+At a clean stop, ``drain`` waits (bounded) until what was recorded is published (the ``OFF`` of the events the stop
+ended among it), before ``offline``; with the broker away, nothing waits.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class MqttOutput:
         self.dirty: dict[str, Message] = {}  # retained values not yet published on this connection
         self.queue: deque[Message] = deque()  # events, in order
         self.wake = asyncio.Event()
+        self.idle = asyncio.Event()  # connected, and nothing recorded is left to publish
         self.connected = False
         self.last_error: str | None = None
         self.counts = {"published": 0, "dropped": 0, "connects": 0, "disconnects": 0, "discovery": 0}
@@ -78,6 +82,7 @@ class MqttOutput:
     def _retain(self, topic: str, payload: bytes) -> None:
         msg = Message(topic, payload, retain=True)
         self.retained[topic] = self.dirty[topic] = msg
+        self.idle.clear()
         self.wake.set()
 
     def _queue(self, msg: Message) -> None:
@@ -89,6 +94,7 @@ class MqttOutput:
                             "slower than the events come)",
                             self.counts["dropped"], self.cfg.queue)
         self.queue.append(msg)
+        self.idle.clear()
         self.wake.set()
 
     def add_camera(self, camera: str, labels: list[str]) -> None:
@@ -150,7 +156,21 @@ class MqttOutput:
         self.dirty.update(self.retained)
         await client.subscribe(self.topics.ha_status, qos=1)
 
+    async def drain(self, timeout_s: float) -> None:
+        """Wait until what was recorded so far is published, at most ``timeout_s``; at once with no broker."""
+        if not self.connected:
+            if self.queue or self.dirty:
+                log.warning("mqtt: stopping with the broker away: %d event message(s) and %d state(s) not "
+                            "published", len(self.queue), len(self.dirty))
+            return
+        try:
+            await asyncio.wait_for(self.idle.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("mqtt: %d event message(s) and %d state(s) not published at stop within %.1f s",
+                        len(self.queue), len(self.dirty), timeout_s)
+
     def _lost(self, exc: Exception, backoff: float) -> None:
+        self.idle.clear()
         if self.connected:
             self.counts["disconnects"] += 1
         why = str(exc) or type(exc).__name__
@@ -173,6 +193,7 @@ class MqttOutput:
                     self.queue.popleft()
             if not self.dirty and not self.queue:
                 self.wake.clear()
+                self.idle.set()
                 await self.wake.wait()
 
     async def _publish(self, client: aiomqtt.Client, msg: Message) -> None:

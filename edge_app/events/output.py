@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from functools import partial
 
 import cv2
@@ -58,6 +59,8 @@ class CameraFollower:
         label = classes[r.smoothed_class] if r.smoothed_class < len(classes) else str(r.smoothed_class)
         t = r.arrived_unix_ms / 1e3
         changes = self.tracker.feed(t, label, float(r.smoothed_confidence))
+        if self.tracker.event is not None:  # an event going on: should the app vanish, it ends about here
+            self.out.store.seen(self.entry.name, t)
         if self.tracker.candidate_best_at == t:
             self.best_frame = self.frames.get(r.seq)
         for change in changes:
@@ -79,7 +82,7 @@ class CameraFollower:
             log.warning("events: snapshot of %s not encoded: %s", event_id, exc)
             return
         self.out.store.put_snapshot(event_id, jpeg)
-        for listener in list(self.out.snapshot_listeners):
+        for listener in self.out.snapshot_listeners:
             try:
                 listener(self.entry.name, event_id, jpeg)
             except Exception:
@@ -100,18 +103,28 @@ def _jpeg(rgb: np.ndarray) -> bytes:
     return bytes(buf)
 
 
+CameraListener = Callable[[str, list[str]], None]  # (camera, its event labels): a camera followed
+
+
 class EventsOutput:
+    """Every camera's events, to the store and to the listeners given at construction; events the store closed at
+    open (a run that did not stop cleanly left them going on) are told to the listeners first."""
+
     def __init__(self, store: EventStore, registry: PipelineRegistry, make_tracker: Callable[[str], StateTracker],
-                 model_name: Callable[[], str], snapshots: bool = True) -> None:
+                 model_name: Callable[[], str], snapshots: bool = True, listeners: Sequence[Listener] = (),
+                 snapshot_listeners: Sequence[SnapshotListener] = (),
+                 camera_listeners: Sequence[CameraListener] = ()) -> None:
         self.store = store
         self.make_tracker = make_tracker
         self.model_name = model_name
         self.snapshots = snapshots
-        self.listeners: list[Listener] = []
-        self.snapshot_listeners: list[SnapshotListener] = []
-        self.camera_listeners: list[Callable[[str, list[str]], None]] = []  # (camera, its event labels), followed
+        self.listeners = tuple(listeners)
+        self.snapshot_listeners = tuple(snapshot_listeners)
+        self.camera_listeners = tuple(camera_listeners)
         self.followers: dict[str, CameraFollower] = {}
         self.counts = {"new": 0, "update": 0, "end": 0, "state": 0}
+        for ended in store.ended_at_open:
+            self._tell(EventChange("end", replace(ended, end_s=None, ended_by=None), ended))
         registry.on_added.append(self._added)
         registry.on_removed.append(self._removed)
         for entry in registry.entries("camera"):
@@ -120,7 +133,7 @@ class EventsOutput:
     def _added(self, entry: Entry) -> None:
         if entry.kind == "camera" and entry.name not in self.followers:
             follower = self.followers[entry.name] = CameraFollower(entry, self.make_tracker(entry.name), self)
-            for listener in list(self.camera_listeners):
+            for listener in self.camera_listeners:
                 listener(entry.name, sorted(follower.tracker.event_labels))
 
     def _removed(self, entry: Entry) -> None:
@@ -130,11 +143,12 @@ class EventsOutput:
 
     def changed(self, change: StateChange | EventChange) -> None:
         if isinstance(change, EventChange):
-            self.counts[change.kind] += 1
             self.store.put(change.after, self.model_name())
-        else:
-            self.counts["state"] += 1
-        for listener in list(self.listeners):
+        self._tell(change)
+
+    def _tell(self, change: StateChange | EventChange) -> None:
+        self.counts[change.kind if isinstance(change, EventChange) else "state"] += 1
+        for listener in self.listeners:
             try:
                 listener(change)
             except Exception:

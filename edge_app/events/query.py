@@ -55,7 +55,7 @@ def public(row: dict[str, Any]) -> dict[str, Any]:
     """An event as the API shows it."""
     return {"id": row["id"], "camera": row["source"], "label": row["label"], "start": row["start"],
             "end": row["end"], "best_confidence": round(row["best_confidence"], 3), "best_at": row["best_at"],
-            "model": row["model"], "has_snapshot": row["snapshot_bytes"] > 0}
+            "model": row["model"], "has_snapshot": row["snapshot_bytes"] > 0, "ended_by": row.get("ended_by")}
 
 
 def merge_pages(pages: list[dict[str, Any]], limit: int) -> dict[str, Any]:

@@ -12,6 +12,10 @@ What goes wrong is said once, naming the file and what to do:
   another ``[events] path``);
 - a full disk: snapshots stop first (below ``min_free_bytes`` free, or on ENOSPC), events after; ``status()`` and
   the metrics say which (``snapshots_paused``, ``events_paused``), and writing resumes when space is back.
+
+An event left open by a run that did not stop cleanly (SIGKILL, a power cut) is closed at the next ``open()``: its
+end is the last time the store heard of its camera (``seen``, written at most every ``SEEN_EVERY_S``), marked
+``ended_by = "restart"``; ``ended_at_open`` lists them, for the listeners to be told.
 """
 
 from __future__ import annotations
@@ -28,28 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edge_app.errors import EdgeAppError
 from edge_app.events.detector import Event
 from edge_app.events.query import Query, public, run_query
+from edge_app.events.schema import DB_NAME, EventStoreError, close_left_open, connect_checked, locked
 
 log = logging.getLogger(__name__)
 # a write on the writer thread; what it returns (if anything) is told whether its transaction committed
 Op = Callable[[sqlite3.Connection], "Callable[[bool], None] | None"]
 
-DB_NAME = "events.db"
-MIGRATIONS = (  # version k+1 is MIGRATIONS[k]; a database at an older version is brought forward at open
-    """CREATE TABLE events (id TEXT PRIMARY KEY, source TEXT NOT NULL, label TEXT NOT NULL, start REAL NOT NULL,
-       "end" REAL, best_confidence REAL NOT NULL, best_at REAL NOT NULL, model TEXT, snapshot_bytes INTEGER NOT NULL
-       DEFAULT 0);
-       CREATE INDEX events_start ON events (start DESC, id DESC);
-       CREATE INDEX events_source ON events (source, start DESC);
-       CREATE INDEX events_label ON events (label, start DESC);""",
-)
-COLUMNS = ("id", "source", "label", "start", "end", "best_confidence", "best_at", "model", "snapshot_bytes")
-
-
-class EventStoreError(EdgeAppError):
-    """The store cannot be used; the message names the file and what to do."""
+SEEN_EVERY_S = 1.0  # how often a camera's "last heard of" time is written
 
 
 class EventStore:
@@ -66,6 +57,8 @@ class EventStore:
         self.events_paused: str | None = None
         self.written = 0
         self.dropped = 0  # writes given up (disk full, store closed)
+        self.ended_at_open: list[Event] = []  # events a run that did not stop cleanly left open, closed by open()
+        self._seen: dict[str, float] = {}  # camera -> the last "heard of" time queued
         self._queue: queue.Queue[Op | threading.Event | None] = queue.Queue()
         self._thread: threading.Thread | None = None
 
@@ -76,35 +69,16 @@ class EventStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.snapshots.mkdir(exist_ok=True)
         try:
-            conn = self._connect_checked()
+            conn = connect_checked(self.path)
         except sqlite3.DatabaseError as exc:
-            if _locked(exc):
+            if locked(exc):
                 raise EventStoreError(f"{self.path} is locked by another process (another edge-app?): stop it, or "
                                       "give this one another [events] path") from exc
             self._move_aside(exc)
-            conn = self._connect_checked()
+            conn = connect_checked(self.path)
+        self.ended_at_open = close_left_open(conn)
         self._thread = threading.Thread(target=self._write_loop, args=(conn,), name="event-store", daemon=True)
         self._thread.start()
-
-    def _connect_checked(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=2.0, isolation_level=None)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise sqlite3.DatabaseError("quick_check failed")
-            conn.execute("BEGIN IMMEDIATE")  # a write lock, at once: another process holding it is said now
-            conn.execute("COMMIT")
-            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-            if version > len(MIGRATIONS):
-                raise EventStoreError(f"{self.path} was written by a newer edge-app (schema {version}, this one "
-                                      f"knows {len(MIGRATIONS)}): upgrade, or give this one another [events] path")
-            for k in range(version, len(MIGRATIONS)):
-                conn.executescript(f"BEGIN; {MIGRATIONS[k]} PRAGMA user_version = {k + 1}; COMMIT;")
-        except Exception:
-            conn.close()
-            raise
-        return conn
 
     def _move_aside(self, exc: Exception) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -167,14 +141,27 @@ class EventStore:
         self.events_paused = None
 
     def put(self, event: Event, model: str | None) -> None:
-        """Insert or update ``event`` (its id, times and best confidence)."""
+        """Insert or update ``event`` (its id, times, best confidence and how it ended)."""
         row = (event.id, event.source, event.label, event.start_s, event.end_s, event.best_confidence,
-               event.best_at_s, model)
+               event.best_at_s, model, event.ended_by)
 
         def op(c: sqlite3.Connection) -> None:
-            c.execute('INSERT INTO events (id, source, label, start, "end", best_confidence, best_at, model) VALUES '
-                      '(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "end" = excluded."end", '
-                      "best_confidence = excluded.best_confidence, best_at = excluded.best_at", row)
+            c.execute('INSERT INTO events (id, source, label, start, "end", best_confidence, best_at, model, ended_by) '
+                      'VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "end" = excluded."end", '
+                      "best_confidence = excluded.best_confidence, best_at = excluded.best_at, "
+                      "ended_by = excluded.ended_by", row)
+        self._queue.put(op)
+        self.seen(event.source, max(event.best_at_s, event.end_s or 0.0))
+
+    def seen(self, source: str, t: float) -> None:
+        """The camera was heard of at ``t`` (unix seconds); written at most every ``SEEN_EVERY_S`` per camera."""
+        if t - self._seen.get(source, -1e18) < SEEN_EVERY_S:
+            return
+        self._seen[source] = t
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO sources (name, last_seen) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
+                      "last_seen = max(last_seen, excluded.last_seen)", (source, t))
         self._queue.put(op)
 
     def put_snapshot(self, event_id: str, jpeg: bytes) -> None:
@@ -290,7 +277,3 @@ class EventStore:
                 "queued": self._queue.qsize(), "snapshots_paused": self.snapshots_paused,
                 "events_paused": self.events_paused,
                 "moved_aside": None if self.moved_aside is None else str(self.moved_aside)}
-
-
-def _locked(exc: Exception) -> bool:
-    return "locked" in str(exc) or "busy" in str(exc)
