@@ -23,8 +23,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         return serve_workers(cfg, args.config, args.workers, args.host, args.port)
     if args.worker:  # "i/N": one media worker of serve --workers N (its shard, on the port given)
-        from edge_app.workers import shard
+        import os
 
+        from edge_app.workers import CONTROL_PID_ENV, die_with_parent, shard
+
+        if os.environ.get(CONTROL_PID_ENV, "").isdigit():
+            die_with_parent(int(os.environ[CONTROL_PID_ENV]))
         index, _, count = args.worker.partition("/")
         cfg = shard(cfg, int(index), int(count), args.port)
     return serve(cfg, args.host, args.port, inference_service)

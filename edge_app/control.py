@@ -20,49 +20,21 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
-from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from edge_app.access import OfferRateLimiter, client_address
 from edge_app.config import AppConfig
-from edge_app.events.live import relay
+from edge_app.control_teach import add_teach_routes
+from edge_app.events.live import Relays
 from edge_app.events.query import merge_pages
+from edge_app.forward import CFG_KEY, HTTP_KEY, RELAYS_KEY, STATE_KEY, SUP_KEY, each, forward, json_error
 from edge_app.workers import Supervisor, owner
 
 log = logging.getLogger(__name__)
 
-SUP_KEY = web.AppKey("supervisor", Supervisor)
-CFG_KEY = web.AppKey("config", AppConfig)
-HTTP_KEY = web.AppKey("http", aiohttp.ClientSession)
-STATE_KEY = web.AppKey("state", dict)
-PASS_HEADERS = ("Content-Type", "Location", "ETag", "Retry-After", "Allow", "WWW-Authenticate", "Cache-Control")
 SESSION = re.compile(r"/sessions/([^/?]+)")
-
-
-def json_error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"error": reason}, status=status, headers=headers)
-
-
-async def forward(request: web.Request, index: int, body: bytes | None = None, path: str | None = None,
-                  timeout_s: float = 30.0) -> web.Response:
-    sup = request.app[SUP_KEY]
-    w = sup.workers[index]
-    if not w.alive:
-        return json_error(503, f"worker {index} is restarting; retry in a few seconds", {"Retry-After": "2"})
-    headers = {k: v for k, v in request.headers.items() if k in ("Authorization", "Content-Type", "Accept")}
-    headers["X-Forwarded-For"] = client_address(request, request.app[CFG_KEY].server.trusted_proxies)
-    data = await request.read() if body is None else body
-    try:
-        async with request.app[HTTP_KEY].request(request.method, f"http://127.0.0.1:{w.port}{path or request.path_qs}",
-                                                 data=data, headers=headers,
-                                                 timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            payload = await r.read()
-            out = {k: v for k, v in r.headers.items() if k in PASS_HEADERS}
-            return web.Response(status=r.status, body=payload, headers=out)
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return json_error(503, f"worker {index} did not answer ({type(exc).__name__}); retry", {"Retry-After": "2"})
 
 
 def _least_loaded(app: web.Application) -> int:
@@ -98,15 +70,34 @@ async def offer(request: web.Request) -> web.Response:
             with contextlib.suppress(ValueError, AttributeError, TypeError):
                 sid = json.loads(resp.body).get("session")  # type: ignore[arg-type]
         if sid:
-            app[STATE_KEY]["where"][sid] = index
+            app[STATE_KEY]["where"][sid] = (index, app[SUP_KEY].workers[index].pid)
     return resp
 
 
+def end_orphans(app: web.Application) -> None:
+    """Sessions whose worker died (or was restarted) ended with it: forgotten here and counted, so their URL says
+    so (404) and ``/status`` counts them."""
+    workers, state = app[SUP_KEY].workers, app[STATE_KEY]
+    for sid, (index, pid) in list(state["where"].items()):
+        if workers[index].pid != pid:
+            del state["where"][sid]
+            state["ended"][sid] = index
+            while len(state["ended"]) > 1000:  # the newest thousand are kept, to answer their URLs
+                del state["ended"][next(iter(state["ended"]))]
+            state["closed"]["worker_exit"] = state["closed"].get("worker_exit", 0) + 1
+            log.info("session %s: ended with worker %d (pid %s)", sid, index, pid)
+
+
 async def session_route(request: web.Request) -> web.Response:
-    index = request.app[STATE_KEY]["where"].get(request.match_info["id"])
-    if index is None:
-        return json_error(404, f"no session {request.match_info['id']!r}")
-    return await forward(request, index)
+    sid = request.match_info["id"]
+    end_orphans(request.app)
+    placed = request.app[STATE_KEY]["where"].get(sid)
+    if placed is None:
+        index = request.app[STATE_KEY]["ended"].get(sid)
+        if index is not None:
+            return json_error(404, f"session {sid!r} ended: worker {index}, which held it, stopped; offer again")
+        return json_error(404, f"no session {sid!r}")
+    return await forward(request, placed[0])
 
 
 async def to_all(request: web.Request) -> web.Response:
@@ -126,25 +117,6 @@ async def to_camera_owner(request: web.Request) -> web.Response:
     return await forward(request, owner(app[CFG_KEY], request.match_info["name"], len(app[SUP_KEY].workers)))
 
 
-async def each(request: web.Request, path: str) -> list[tuple[int, int, Any]]:
-    """GET ``path`` from every live worker with the client's Authorization: (worker, status, JSON or None)."""
-    headers = {k: v for k, v in request.headers.items() if k == "Authorization"}
-
-    async def one(w: Any) -> tuple[int, int, Any]:
-        try:
-            async with request.app[HTTP_KEY].get(f"http://127.0.0.1:{w.port}{path}", headers=headers,
-                                                 timeout=aiohttp.ClientTimeout(total=5)) as r:
-                text = await r.text()
-                try:
-                    return w.index, r.status, json.loads(text)
-                except ValueError:
-                    return w.index, r.status, text
-        except (aiohttp.ClientError, TimeoutError):
-            return w.index, 0, None
-
-    return list(await asyncio.gather(*(one(w) for w in request.app[SUP_KEY].workers if w.alive)))
-
-
 async def status(request: web.Request) -> web.Response:
     got = await each(request, "/status")
     ok = [(i, s) for i, code, s in got if code == 200 and isinstance(s, dict)]
@@ -157,6 +129,12 @@ async def status(request: web.Request) -> web.Response:
     base["sessions"] = [dict(s, worker=i) for i, st in ok for s in st.get("sessions", [])]
     base["cameras"] = [dict(c, worker=i) for i, st in ok for c in st.get("cameras", [])]
     base["workers"] = [w.status() for w in request.app[SUP_KEY].workers]
+    end_orphans(request.app)
+    closed: dict[str, int] = dict(request.app[STATE_KEY]["closed"])
+    for _, st in ok:
+        for why, n in (st.get("sessions_closed") or {}).items():
+            closed[why] = closed.get(why, 0) + n
+    base["sessions_closed"] = dict(sorted(closed.items()))
     for w in base["workers"]:
         w["sessions"] = sum(1 for s in base["sessions"] if s["worker"] == w["index"])
     return web.json_response(base)
@@ -217,7 +195,7 @@ async def live(request: web.Request) -> web.StreamResponse:
     """Every worker's ``/api/events/live``, merged into one stream."""
     headers = {k: v for k, v in request.headers.items() if k == "Authorization"}
     urls = [f"http://127.0.0.1:{w.port}/api/events/live" for w in request.app[SUP_KEY].workers if w.alive]
-    return await relay(request, request.app[HTTP_KEY], urls, headers)
+    return await request.app[RELAYS_KEY].relay(request, request.app[HTTP_KEY], urls, headers)
 
 
 async def poll_sessions(app: web.Application) -> None:
@@ -232,6 +210,7 @@ async def poll_sessions(app: web.Application) -> None:
                         n, ready = int((await r.json()).get("sessions", 0)), r.status == 200
             app[STATE_KEY]["sessions"][w.index] = n
             app[STATE_KEY]["ready"][w.index] = ready
+        end_orphans(app)
         await asyncio.sleep(0.5 if not all(app[STATE_KEY]["ready"].values()) else 1.0)
 
 
@@ -240,7 +219,7 @@ def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
 
     app = web.Application(client_max_size=1 << 20)
     app[CFG_KEY], app[SUP_KEY] = cfg, sup
-    app[STATE_KEY] = {"sessions": {}, "where": {}, "ready": {},
+    app[STATE_KEY] = {"sessions": {}, "where": {}, "ready": {}, "ended": {}, "closed": {},
                       "limiter": OfferRateLimiter(cfg.server.max_offers_per_minute)}
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -255,6 +234,8 @@ def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
         await app[HTTP_KEY].close()
 
     app.cleanup_ctx.append(lifecycle)
+    app[RELAYS_KEY] = Relays()
+    app.on_shutdown.append(app[RELAYS_KEY].close)  # every page's live events end at once
     r = app.router
     r.add_get("/", index)
     r.add_static("/static/", STATIC_DIR)
@@ -277,8 +258,6 @@ def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
     r.add_get("/api/events/live", live)
     r.add_route("*", "/api/events/{id}", one_event)
     r.add_get("/api/events/{id}/snapshot.jpg", one_event)
-    from edge_app.control_teach import add_teach_routes  # it imports this module
-
     add_teach_routes(r)
     r.add_route("*", "/api/cameras/{name}/{tail:.*}", to_camera_owner)
     r.add_route("*", "/api/{tail:.*}", to_first)

@@ -16,7 +16,7 @@ import json
 
 from aiohttp import web
 
-from edge_app.control import CFG_KEY, STATE_KEY, SUP_KEY, each, forward, json_error
+from edge_app.forward import CFG_KEY, STATE_KEY, SUP_KEY, each, forward, json_error
 from edge_app.workers import owner
 
 
@@ -42,7 +42,7 @@ def source_worker(app: web.Application, source: object) -> int:
     if kind == "camera":
         return owner(app[CFG_KEY], name, len(app[SUP_KEY].workers))
     if kind == "session":
-        return int(app[STATE_KEY]["where"].get(name, 0))
+        return int(app[STATE_KEY]["where"].get(name, (0, None))[0])
     return 0
 
 

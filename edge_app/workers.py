@@ -4,7 +4,9 @@ Each worker is an ordinary ``edge-app serve`` on a loopback port (``base_port + 
 configuration (``shard``): camera k goes to worker k mod N, the demo camera to worker 0, each worker keeps its own
 events under ``[events] path/worker-i``. A browser's media flows between the browser and the worker that answered
 its offer (the worker's own ICE candidates); only HTTP passes the control process (``edge_app.control``).
-``Supervisor`` starts the workers, restarts one that dies (1 s, 2 s ... 30 s apart), and stops them with itself.
+``Supervisor`` starts the workers, restarts one that dies (1 s, 2 s ... 30 s apart), and stops them with itself;
+a worker also dies with its control process however that goes (SIGKILL included: ``die_with_parent``), so no
+worker is left holding its port and its events for the next ``serve``.
 Inference: one runner per worker on ONNX Runtime, or, where there is a GPU, one shared Triton for all of them
 (``[model.backend] kind = "triton"``): never one CUDA session per worker.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -23,8 +26,27 @@ from edge_app.config import AppConfig
 
 log = logging.getLogger(__name__)
 
-WORKER_ENV = "EDGE_APP_WORKER"  # "i/N": set in each worker's environment
+CONTROL_PID_ENV = "EDGE_APP_CONTROL_PID"  # the control process's pid, in each worker's environment
 RESTART_S = (1.0, 30.0)
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: SIGTERM this process when ``parent_pid`` (the control process) dies, however it dies; at once if it is
+    already gone. (``prctl(PR_SET_PDEATHSIG)`` from the worker itself: a ``preexec_fn`` is unsafe with threads.)"""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            log.warning("worker: prctl(PR_SET_PDEATHSIG) failed (errno %d): it may outlive its control process",
+                        ctypes.get_errno())
+    except (OSError, AttributeError) as exc:  # not Linux
+        log.warning("worker: cannot ask to die with the control process (%s)", exc)
+    if os.getppid() != parent_pid:  # the parent went before the request took effect
+        log.warning("worker: the control process (pid %d) is gone; stopping", parent_pid)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def owner(cfg: AppConfig, camera: str, workers: int) -> int:
@@ -67,8 +89,13 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The live process's pid (None while it is down): a session placed on another pid died with it."""
+        return self.proc.pid if self.alive else None  # type: ignore[union-attr]
+
     def status(self) -> dict[str, object]:
-        return {"index": self.index, "port": self.port, "pid": None if self.proc is None else self.proc.pid,
+        return {"index": self.index, "port": self.port, "pid": self.pid,
                 "alive": self.alive, "restarts": self.restarts, "last_exit": self.exits[-1] if self.exits else None}
 
 
@@ -85,7 +112,8 @@ class Supervisor:
 
     def start(self, w: Worker) -> None:
         out = None if self.log_dir is None else (self.log_dir / f"worker-{w.index}.log").open("ab")
-        w.proc = subprocess.Popen(self.command(w), stdout=out, stderr=subprocess.STDOUT if out else None)
+        w.proc = subprocess.Popen(self.command(w), stdout=out, stderr=subprocess.STDOUT if out else None,
+                                  env={**os.environ, CONTROL_PID_ENV: str(os.getpid())})
         w.started_s = time.monotonic()
         log.info("worker %d: started (pid %d, 127.0.0.1:%d)", w.index, w.proc.pid, w.port)
 

@@ -114,7 +114,8 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
             control.wait(30)
         except subprocess.TimeoutExpired:
             control.kill()
-    leftovers = subprocess.run(["pgrep", "-f", f"--worker .*/2 --port {base_port}"], capture_output=True, text=True)
+    leftovers = subprocess.run(["pgrep", "-f", "--", f"--worker .*/2 --port {base_port}"], capture_output=True,
+                               text=True)  # "--": a pattern that starts with a dash is not an option
     cams = {c["name"]: c["worker"] for c in both["cameras"]}
     print(f"workers: cameras {cams}; browser {page_state}; sessions {[(s['worker']) for s in both['sessions']]}; "
           f"worker 1 back with its camera in {back_s:.1f} s; a peer watching yard after: {watched} results; "
@@ -126,7 +127,8 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
     assert re.search(r'edge_frames_analysed_total\{.*worker="1"', metrics)
     assert back_s < 30 and watched >= 15
     assert [w["restarts"] for w in after["workers"]] == [0, 1]
-    assert control.returncode == 0 and leftovers.stdout.strip() == "", "the workers stop with the control process"
+    assert control.returncode == 0 and leftovers.returncode == 1 and leftovers.stdout.strip() == "", \
+        f"the workers stop with the control process (pgrep: {leftovers.returncode}, {leftovers.stderr.strip()})"
     ids = [e["id"] for e in paged]
     print(f"events through the control process: {len(events)} in one page, {len(paged)} paged one at a time, cameras "
           f"{sorted({e['camera'] for e in paged})}")
