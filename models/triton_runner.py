@@ -15,10 +15,11 @@ token (``EDGE_APP_TRITON_TOKEN`` where ``edge-app infer-server`` runs).
 What Triton does not answer (down, refusing, queue full, out of time) is answered from the cheap path when
 ``fallback`` is on: the frame's own policy on the local segments up to ``fallback_max_exit`` (1: exit 1 only),
 counted per reason in ``counts``; the state (``up`` / ``down`` with the last reason) is in ``status()``. A server
-found down (unreachable, or ``DOWN_AFTER`` frames in a row out of time) is tried again by one frame every
-``RETRY_S``; the frames in between go to the cheap path at once instead of each waiting for its own failure, so
-a server that vanishes from the LAN costs a few frames, not every frame's budget. ``probe()`` at start says in one
-line when the server is not there. ``ChainOutcome.queue_ms`` is the round trip beyond the segments' own
+found down (unreachable, or ``DOWN_AFTER`` frames in a row out of time) is asked no frame until a health check in
+the background (``is_model_ready`` every ``RETRY_S``, each waiting at most ``RETRY_S``) finds it serving again:
+every frame meanwhile goes to the cheap path at once, so a server that hangs or vanishes from the LAN costs the
+few frames that found it out, and none after. ``probe()`` at start says in one line when the server is not there
+(and starts the same watch). ``ChainOutcome.queue_ms`` is the round trip beyond the segments' own
 time, kept apart so the running costs stay compute estimates; the scheduler's predicted cost of segment 1 adds
 its running high percentile.
 """
@@ -49,7 +50,7 @@ OUTPUTS = ("choice", "exits_run", "probs", "segment_ms", "error", "batch", "poin
 
 
 class TritonRunner(InferenceService):
-    RETRY_S = 0.5  # a server found down is tried again by one frame this often
+    RETRY_S = 0.5  # a server found down is health-checked this often (in the background, never by a frame)
     DOWN_AFTER = 3  # frames in a row out of time mark it down (a host gone from the LAN answers nothing at all)
 
     def __init__(self, backend: InferenceBackend, url: str, model_name: str = MODEL_NAME, timeout_s: float = 1.0,
@@ -57,8 +58,9 @@ class TritonRunner(InferenceService):
                  access_token: str | None = None, regions: int = 16, fallback_max_exit: int = 1) -> None:
         super().__init__(backend, workers, cost_window)
         self.fallback_max_exit = max(1, min(fallback_max_exit, backend.num_exits))
-        self._retry_at = 0.0
         self._late_in_a_row = 0
+        self._watch: asyncio.Task[None] | None = None  # the health check while the server is down
+        self.health_checks = 0
         self.shm = SharedInputs(regions, self.input_bytes(), access_token) if shared_memory else None
         self.url = url
         self.model_name = model_name
@@ -90,6 +92,10 @@ class TritonRunner(InferenceService):
         return 3 * m.input.height * m.input.width * 4
 
     async def stop(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
         client, self.client = self.client, None
         if client is not None:
             if self.shm is not None:
@@ -100,19 +106,39 @@ class TritonRunner(InferenceService):
         await super().stop()
 
     async def probe(self, timeout_s: float = 2.0) -> bool:
-        """Whether the server answers and serves the chain model now; when not, one clear line, and ``status()``
-        says ``down`` with the reason (the frames meanwhile take the cheap path)."""
-        try:
-            ready = await asyncio.wait_for(self._client().is_model_ready(self.model_name), timeout_s)
-            why = None if ready else f"the server answers but model {self.model_name!r} is not ready"
-        except Exception as exc:  # any failure to reach it is the answer
-            why = f"{reason(exc)}: {str(exc)[:200] or type(exc).__name__}"
+        """Whether the server answers and serves the chain model now; when not, one clear line, ``status()`` says
+        ``down`` with the reason, and the health check watches for it (the frames meanwhile take the cheap path)."""
+        why = await self._not_serving(timeout_s)
         if why is None:
             return True
-        self.state, self.last_error, self._retry_at = "down", why, time.monotonic() + self.RETRY_S
+        self._down(why)
         log.warning("inference: Triton at %s is not serving (%s); %s until it is (start it with edge-app "
                     "infer-server; /status model.runner shows the state)", self.url, why, self._fallback_words())
         return False
+
+    async def _not_serving(self, timeout_s: float) -> str | None:
+        """None when the server serves the chain model now, else why not."""
+        try:
+            ready = await asyncio.wait_for(self._client().is_model_ready(self.model_name), timeout_s)
+        except Exception as exc:  # any failure to reach it is the answer
+            return f"{reason(exc)}: {str(exc)[:200] or type(exc).__name__}"
+        return None if ready else f"the server answers but model {self.model_name!r} is not ready"
+
+    def _down(self, why: str) -> None:
+        self.state, self.last_error = "down", why
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.get_running_loop().create_task(self._watch_until_up(), name="triton-health")
+
+    async def _watch_until_up(self) -> None:
+        """While down: a health check every ``RETRY_S``; the server is ``up`` again (frames go to it) once it
+        serves the model."""
+        while self.state == "down":
+            await asyncio.sleep(self.RETRY_S)
+            self.health_checks += 1
+            if await self._not_serving(self.RETRY_S) is None:
+                log.info("inference: Triton at %s serves again (%d frames answered from the cheap path "
+                         "meanwhile)", self.url, self.counts["cheap_path"])
+                self.state, self.last_error, self._late_in_a_row = "up", None, 0
 
     def _client(self) -> Any:
         if self.client is None:
@@ -129,11 +155,8 @@ class TritonRunner(InferenceService):
             f"frames are answered on this box with their own policy up to exit {k}"
 
     async def run(self, request: ChainRequest) -> ChainOutcome:
-        now = time.monotonic()
-        if self.state == "down" and now < self._retry_at:
-            return await self._cheap(request, None)  # known down: not each frame waiting to find out again
         if self.state == "down":
-            self._retry_at = now + self.RETRY_S  # this frame tries; the others meanwhile take the cheap path
+            return await self._cheap(request, None)  # known down: no frame waits to find out again
         try:
             outcome = await self._remote(request)
         except (SegmentRunError, TimeoutError, OSError) as exc:
@@ -142,10 +165,8 @@ class TritonRunner(InferenceService):
             if type(exc).__name__ != "InferenceServerException":
                 raise
             return await self._cheap(request, exc)
-        if self.state != "up":
-            log.info("inference: Triton at %s answers%s", self.url,
-                     "" if self.state == "starting" else f" again ({self.counts['cheap_path']} frames answered "
-                     "from the cheap path meanwhile)")
+        if self.state == "starting":
+            log.info("inference: Triton at %s answers", self.url)
         self.state, self.last_error, self._late_in_a_row = "up", None, 0
         self.counts["remote"] += 1
         return outcome
@@ -164,8 +185,7 @@ class TritonRunner(InferenceService):
             if self.state != "down" or not (self.last_error or "").startswith(why):
                 log.warning("inference: Triton at %s: %s (%s); %s", self.url, why, str(exc)[:200],
                             self._fallback_words())
-            self.state, self.last_error = "down", f"{why}: {str(exc)[:200]}"
-            self._retry_at = time.monotonic() + self.RETRY_S
+            self._down(f"{why}: {str(exc)[:200]}")
         if not self.fallback:
             raise SegmentRunError(f"Triton at {self.url}: {why}") from exc
         self.counts["cheap_path"] += 1
@@ -264,4 +284,5 @@ class TritonRunner(InferenceService):
         return {"kind": "triton", "url": self.url, "model": self.model_name, "state": self.state,
                 "last_error": self.last_error,
                 "fallback": f"here, up to exit {self.fallback_max_exit}" if self.fallback else None,
-                "round_trip_beyond_compute_p95_ms": round(self.overhead.high_ms, 2), **self.counts}
+                "round_trip_beyond_compute_p95_ms": round(self.overhead.high_ms, 2),
+                "health_checks": self.health_checks, **self.counts}
