@@ -32,7 +32,7 @@ from edge_app.peer.session import Asked, Hooks, PeerSession
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.registry import PipelineRegistry, ViewerNetworks
 from edge_app.results import NetworkView
-from edge_app.scheduler import policy_from_config
+from edge_app.scheduler import describe_served, policy_from_config
 from edge_app.signalling import AnswerPlan, PlanRefused, offered_lines, plan_answer
 from edge_app.sources import configured
 from models.errors import ModelError
@@ -65,6 +65,7 @@ class Hub:
         self.service = service
         self.metrics = metrics
         self.policy = policy_from_config(config.policy, service.backend.folder)
+        self.policy_info = describe_served(config.policy, service.backend.folder, self.policy)  # the one served
         self.media = ThreadPoolExecutor(config.model.workers, thread_name_prefix="media")
         self.engine = Engine(service=service, policy=self.policy, metrics=metrics, media=self.media)
         self.registry = PipelineRegistry()
@@ -240,6 +241,7 @@ class Hub:
         service.start()
         old = self.engine
         self.service, self.policy, self.governor = service, policy, governor
+        self.policy_info = describe_served(self.config.policy, folder, policy)
         self.engine = Engine(service=service, policy=policy, metrics=self.metrics, media=self.media, load=governor)
         await self.registry.use(self.engine)
         for session in self.sessions.values():

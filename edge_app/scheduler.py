@@ -19,7 +19,7 @@ from edge_app.budget import horizon as exits_that_fit
 from edge_app.config import PolicyConfig
 from edge_app.smoothing import depth_window
 from models.policies import ExitPolicy
-from models.policy_store import configured_policy
+from models.policy_store import configured_policy, describe_policy
 from models.runtime import ExitResult
 from models.service import ChainOutcome, ChainRequest, InferenceService
 
@@ -104,3 +104,8 @@ class FrameScheduler:
 def policy_from_config(cfg: PolicyConfig, model_folder: Path) -> ExitPolicy:
     """The exit policy ``[policy]`` asks for, for the model in ``model_folder`` (``models.fit.configured_policy``)."""
     return configured_policy(model_folder, cfg.kind, cfg.lam, cfg.target_accuracy, cfg.threshold, cfg.fixed_exit)
+
+
+def describe_served(cfg: PolicyConfig, model_folder: Path, policy: ExitPolicy) -> dict[str, object]:
+    """``/status``'s ``policy``: what ``policy_from_config`` gave for this model (kind, parameters, where from)."""
+    return describe_policy(policy, model_folder, cfg.kind, cfg.lam, cfg.target_accuracy)

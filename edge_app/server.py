@@ -105,7 +105,8 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response({
         "uptime_s": round(time.monotonic() - app[STARTED_KEY], 1),
         "model": model_status(app[HUB_KEY].service),
-        "policy": cfg.policy.model_dump(mode="json"),
+        "policy": app[HUB_KEY].policy_info,  # the policy served (under load: operating_point says where it is)
+        "policy_configured": cfg.policy.model_dump(mode="json"),
         "budget": cfg.budget.model_dump(mode="json"),
         "limits": {"max_sessions": cfg.server.max_sessions, "connect_timeout_s": cfg.server.connect_timeout_s,
                    "peer_timeout_s": cfg.server.peer_timeout_s},

@@ -197,3 +197,36 @@ def configured_policy(folder: Path, kind: str, lam: float | None = None, target_
     floor = int(meta.get("min_exit", 1))
     lam = lam if lam is not None else lam_for_target(chain, probs, labels, target_accuracy or 1.0, floor)[0]
     return build_policy(chain, lam, floor)
+
+
+def describe_policy(policy: ExitPolicy, folder: Path, kind: str, lam: float | None = None,
+                    target_accuracy: float | None = None) -> dict[str, Any]:
+    """What ``/status`` shows of the policy served (``configured_policy``'s answer for the same arguments): its kind,
+    its parameters, and where they came from."""
+    if isinstance(policy, DynamicIndex):
+        params: dict[str, Any] = {"lam": round(policy.lam, 6), "min_exit": policy.min_exit,
+                                  "bins": int(policy.bin_edges.shape[1]) + 1, "statistic": policy.statistic}
+    else:
+        params = {k: round(v, 6) if isinstance(v, float) else v for k, v in vars(policy).items() if k != "name"}
+    source = f"[policy] kind = {kind!r}"
+    if kind in ("auto", "dynamic-index"):
+        meta = policy_meta(folder)
+        fitted = f"{folder / POLICY_FILE}, fitted on the {meta.get('calibration_traces')} calibration traces"
+        default = meta.get("default") or {}
+        why = default.get("why") if kind == "auto" else None
+        if isinstance(policy, ConfidenceThreshold):
+            source = f"{fitted}: fit-policy's choice on held-out calibration frames ([policy] kind = 'auto')"
+            held = default.get("held_out") or {}
+            if "cost_difference_interval" in held:
+                lo, hi = held["cost_difference_interval"]
+                why = (f"as accurate as the index ({held.get('confidence', {}).get('accuracy')}) and cheaper by "
+                       f"{held['cost_difference']:.3f} [{lo:.3f}, {hi:.3f}] of full depth on "
+                       f"{held.get('frames')} held-out frames")
+        elif lam is not None or target_accuracy is not None:
+            key = f"lam = {lam}" if lam is not None else f"target_accuracy = {target_accuracy}"
+            source = f"refitted at load on the model's calibration traces for [policy] {key}"
+        else:
+            source = fitted + ("" if kind != "auto" else " ([policy] kind = 'auto': the index)")
+        if why:
+            params["why"] = why
+    return {"kind": policy.name, **params, "from": source}

@@ -10,6 +10,7 @@ import pytest
 from support.live import running_app
 
 from edge_app.config import load_config
+from models.folder import policy_meta
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,3 +35,24 @@ async def test_page_health_and_status(base_url: str) -> None:
     assert s["model"]["providers"][-1] == "CPUExecutionProvider"
     assert [e["name"] for e in s["model"]["exits"]] == ["exit1", "exit2", "exit3"]
     assert len(s["model"]["classes"]) == 11
+    # the policy served, not the one configured: [policy] kind = "auto" serves what fit-policy chose
+    chosen = policy_meta(REPO / "models" / "default")["default"]
+    assert s["policy"]["kind"] == chosen["kind"] == "confidence", s["policy"]
+    assert s["policy"]["threshold"] == chosen["threshold"] != s["policy_configured"]["threshold"], s["policy"]
+    assert "policy.json" in s["policy"]["from"] and s["policy_configured"]["kind"] == "auto"
+
+
+def test_status_names_each_policy_as_served() -> None:
+    from edge_app.config import PolicyConfig
+    from edge_app.scheduler import describe_served, policy_from_config
+
+    model = REPO / "models" / "default"
+    for cfg, want in ((PolicyConfig(kind="dynamic-index"), {"kind": "dynamic-index", "min_exit": 1}),
+                      (PolicyConfig(kind="dynamic-index", lam=0.3), {"kind": "dynamic-index", "lam": 0.3}),
+                      (PolicyConfig(kind="fixed", fixed_exit=2), {"kind": "fixed-2", "exit": 2}),
+                      (PolicyConfig(kind="confidence", threshold=0.7), {"kind": "confidence", "threshold": 0.7})):
+        shown = describe_served(cfg, model, policy_from_config(cfg, model))
+        assert want.items() <= shown.items(), (cfg, shown)
+        assert shown["from"], shown
+    refit = describe_served(PolicyConfig(lam=0.3), model, policy_from_config(PolicyConfig(lam=0.3), model))
+    assert refit["kind"] == "dynamic-index" and "refitted" in refit["from"], refit
