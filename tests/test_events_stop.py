@@ -63,6 +63,14 @@ async def receiving() -> AsyncIterator[Receiver]:
         await runner.cleanup()
 
 
+@asynccontextmanager
+async def _stopping(sub: Subscriber) -> AsyncIterator[Subscriber]:
+    try:
+        yield sub
+    finally:
+        sub.stop()
+
+
 def _config(app_config: Callable[..., AppConfig], tmp_path: Path, b: Broker, hook: str) -> Path:
     """The demo camera holding its first image for 66 s: one state, one event that goes on until the app stops."""
     cfg = app_config(demo={"enabled": True, "fps": 15.0, "hold_frames": 1000},
@@ -122,7 +130,7 @@ async def test_a_clean_stop_ends_the_event_for_every_listener_before_offline(
     port = free_port()
     with broker(tmp_path / "broker") as b:
         sub = Subscriber(b, ["edge/#"], client_id="edge-stop-sub").start()
-        async with receiving() as rx:
+        async with receiving() as rx, _stopping(sub):
             app = _start(_config(app_config, tmp_path, b, rx.url), port, tmp_path / "app.log")
             try:
                 await _until(lambda: rx.of("new"), 90, "event at the webhook")
@@ -135,11 +143,10 @@ async def test_a_clean_stop_ends_the_event_for_every_listener_before_offline(
                 code = await asyncio.to_thread(app.wait, 20)
                 took = time.monotonic() - t0
                 await asyncio.wait_for(reader, 10)  # the stream ended with the server
+                await asyncio.to_thread(sub.wait_for, "edge/available", b"offline", 10.0)
             finally:
                 if app.poll() is None:
                     app.kill()
-        await asyncio.sleep(0.5)
-        sub.stop()
     label_topic = f"edge/demo/{event['label']}"
     order = [(m.topic, m.payload) for m in sub.messages if m.topic in (label_topic, "edge/available")]
     ended = [e for e in rx.of("end") if e["after"]["id"] == event["id"]]
@@ -159,7 +166,7 @@ async def test_after_a_crash_the_next_start_ends_the_event_left_open_and_tells_t
     port = free_port()
     with broker(tmp_path / "broker") as b:
         sub = Subscriber(b, ["edge/#"], client_id="edge-crash-sub").start()
-        async with receiving() as rx:
+        async with receiving() as rx, _stopping(sub):
             config = _config(app_config, tmp_path, b, rx.url)
             app = _start(config, port, tmp_path / "app.log")
             try:
@@ -181,7 +188,6 @@ async def test_after_a_crash_the_next_start_ends_the_event_left_open_and_tells_t
                     await asyncio.to_thread(app.wait, 20)
                 except subprocess.TimeoutExpired:
                     app.kill()
-        sub.stop()
     told = rx.of("end", event["id"])[0]["after"]
     mqtt_end = [json.loads(m.payload) for m in sub.on("edge/events") if json.loads(m.payload).get("type") == "end"]
     print(f"crash: left open {left['end']}; after restart {shown}; killed at {killed:.2f}; webhook end {told}")
