@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from support.live import running_app
+from support.pagewatch import watch_of
 
 from edge_app.access import OfferRateLimiter, Tokens, effective_token, effective_tokens, tls_context
 from edge_app.config import AppConfig, ConfigError
@@ -205,6 +206,7 @@ async def test_browser_with_the_token_in_the_fragment(app_config: Callable[..., 
                                                      browser: Any) -> None:
     cfg = app_config(server={"token": TOKEN, "ice_host_addresses": ["127.0.0.1"]})
     async with browser() as page, serve(cfg) as base:
+        watch_of(page).allow(r"status of 401 \(Unauthorized\)")  # the first visit has no token, on purpose
         await page.goto(f"{base}/")  # no token: the page says so instead of connecting
         await page.click("#connect")
         await page.wait_for_function("() => window.edge.error !== null", timeout=20_000)

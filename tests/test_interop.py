@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from support.live import REPO, running_app, skip_or_fail
+from support.pagewatch import watch_of
 
 from edge_app.bench.testvideo import LabelledVideo, write_y4m
 from edge_app.config import AppConfig
@@ -66,6 +67,7 @@ async def test_aiortc_example_page_in_chromium(app_config: Callable[..., AppConf
     camera = write_y4m(tmp_path / "camera.y4m", LabelledVideo(images[:40], labels[:40], hold=3))
     async with browser(camera) as page, running_app(app_config(), {"/aiortc-example/": aiortc_example}) as base:
         page.on("dialog", lambda d: asyncio.ensure_future(d.dismiss()))  # client.js alert()s its errors
+        watch_of(page).allow(r"404 .*/favicon\.ico\)$")  # their page names no icon: the browser asks for one
         await page.goto(f"{base}/aiortc-example/index.html")
         await page.check("#use-video")
         await page.click("#start")

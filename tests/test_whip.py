@@ -24,6 +24,7 @@ import pytest
 from aiortc import RTCPeerConnection
 from support.live import REPO, chromium_page, running_app, skip_or_fail
 from support.npm import npm_package
+from support.pagewatch import watch_of
 
 from edge_app.config import AppConfig
 
@@ -139,6 +140,7 @@ async def test_a_whip_client_we_did_not_write_sends_its_camera(app_config: Calla
     async with running_app(app_config(), static={"/whip-whep/": whip_whep}) as base, \
             aiohttp.ClientSession() as http, chromium_page() as page:
         await page.goto(base + "/")
+        _expected_refusals(page)
         resource = await page.evaluate(WHIP_PAGE, [None])
         seen: dict[str, Any] = {}
         session: dict[str, Any] = {}
@@ -157,6 +159,13 @@ async def test_a_whip_client_we_did_not_write_sends_its_camera(app_config: Calla
     assert session["state"] == "connected" and session["frames_analysed"] >= 60, session
     assert seen["results"] >= 60 and seen["last"]["smoothed"]["label"], seen
     assert after["sessions"] == [] and after["sessions_closed"].get("closed") == 1, after
+
+
+def _expected_refusals(page: Any) -> None:
+    """What the client's browser logs of our documented answers: 405 to its trickle PATCH (every candidate is in the
+    answer), and 404 to a request about its session after it ended it."""
+    watch_of(page).allow(r"status of 405 .*/sessions/[0-9a-f]+\)$")
+    watch_of(page).allow(r"status of 404 .*/sessions/[0-9a-f]+\)$")
 
 
 WHEP_PAGE = """async ([camera]) => {
@@ -181,6 +190,7 @@ async def test_a_whep_player_we_did_not_write_plays_a_camera(app_config: Callabl
     async with running_app(cfg, static={"/whip-whep/": whip_whep}) as base, aiohttp.ClientSession() as http, \
             chromium_page() as page:
         await page.goto(base + "/")
+        _expected_refusals(page)
         resource = await page.evaluate(WHEP_PAGE, ["demo"])
         await page.wait_for_function("() => window.video.videoWidth > 0 && "
                                      "window.video.getVideoPlaybackQuality().totalVideoFrames >= 45", timeout=30_000)

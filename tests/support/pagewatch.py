@@ -59,7 +59,8 @@ def watch_chromium(page: Any) -> PageWatch:
     """Playwright's page events: ``pageerror`` (uncaught) and console messages of type ``error``."""
     w = PageWatch(page, page.evaluate)
     page.on("pageerror", lambda exc: w.error(f"uncaught: {exc}"))
-    page.on("console", lambda m: w.error(f"console.error: {m.text}") if m.type == "error" else None)
+    page.on("console", lambda m: w.error(f"console.error: {m.text} ({m.location.get('url')})")
+            if m.type == "error" else None)
     return w
 
 
