@@ -1,10 +1,11 @@
 """DECIDE: one source's per-frame decisions: budget -> scheduler -> smoothing -> ``FrameResult``.
 
 ``Decider.prepare`` (in a media thread: conversion and pre-processing are CPU work) turns a decoded frame into the
-model's input and works out its compute budget; ``Decider.decide`` (on the event loop) either reuses the smoothed
-answer (even exit 1 would be late) or submits the frame to the inference service through the scheduler, then
-smooths.  ``Decider.result`` builds the frozen result by keyword.  No annotation happens here: that is RENDER's
-(``edge_app.annotate``), and only when some subscriber wants video.
+model's input, exit 0's thumbnail of it (``models.video``) and works out its compute budget; ``Decider.decide`` (on
+the event loop) either reuses the smoothed answer (even exit 1 would be late), or answers at exit 0 with it (the
+policy's index says the picture did not change enough since the model last ran), or submits the frame to the
+inference service through the scheduler, then smooths.  ``Decider.result`` builds the frozen result by keyword.
+No annotation happens here: that is RENDER's (``edge_app.annotate``), and only when some subscriber wants video.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from models.policies import ExitPolicy
 from models.preprocess import Region, crop_region
 from models.runtime import ExitResult
 from models.service import InferenceService
+from models.video import change, thumbnail
 from streams.frames import SourceFrame
 from streams.netstats import ArrivalDelay
 from streams.stamp import read_stamp
@@ -54,6 +56,8 @@ class PreparedFrame:
     convert_ms: float
     preprocess_ms: float
     ready_s: float = 0.0  # time.monotonic() when it was prepared (it may wait for the frame before it)
+    thumb: np.ndarray | None = None  # exit 0's picture of the model's input (a policy with exit 0 only)
+    thumb_ms: float = 0.0
 
 
 def reused_decision(sm: Smoothed, compute_budget_ms: float) -> FrameDecision:
@@ -77,6 +81,7 @@ class Decider:
         self.render_ms = RunningCost(1.0, 64, percentile=90)  # RENDER's cost, budgeted ahead while video is wanted
         self._smoothed: Smoothed | None = None  # the latest smoothed answer, what a reused frame gets
         self._reused_in_a_row = 0
+        self._ref: tuple[np.ndarray, int] | None = None  # exit 0: (thumbnail, seq) of the frame a model exit answered
         # a browser's own camera comes over the viewer's path: its frames' arrival shows the up-leg at once
         self._arrival = ArrivalDelay() if settings.uplink_from_frames else None
 
@@ -91,6 +96,8 @@ class Decider:
         view = crop_region(rgb, region)
         x = self.service.backend.preprocess(view)
         t2 = time.monotonic()
+        thumb = thumbnail(x) if self.scheduler.policy.exit0 is not None or self.load is not None else None
+        t3 = time.monotonic()
         est = net.estimate
         late_ms = arrival_ms = 0.0
         if self._arrival is not None and sf.frame.pts is not None:
@@ -101,7 +108,8 @@ class Decider:
                                       (t2 - sf.arrived_s) * 1e3, after_ms, late_ms, cfg.late_return_factor),
                          arrival_delay_ms=arrival_ms)
         return PreparedFrame(sf=sf, rgb=rgb, view=view, x=x, stamp=stamp, budget=budget, network=net,
-                             convert_ms=(t1 - t0) * 1e3, preprocess_ms=(t2 - t1) * 1e3, ready_s=t2)
+                             convert_ms=(t1 - t0) * 1e3, preprocess_ms=(t2 - t1) * 1e3, ready_s=t3, thumb=thumb,
+                             thumb_ms=(t3 - t2) * 1e3)
 
     async def decide(self, p: PreparedFrame) -> tuple[FrameDecision, Smoothed]:
         """Reuse the smoothed answer or run the model; raises ``SegmentRunError`` when exit 1 fails. The compute
@@ -112,9 +120,19 @@ class Decider:
             assert self._smoothed is not None
             return reused_decision(self._smoothed, compute_ms), self._smoothed
         self._reused_in_a_row = 0
-        policy = None if self.load is None else self.load.policy(time.monotonic(), self.segment_ms)
-        dec = await self.scheduler.analyse(p.x, compute_ms, policy)
+        policy = self.scheduler.policy if self.load is None else self.load.policy(time.monotonic(), self.segment_ms)
+        plan = self.scheduler.plan(compute_ms)
+        if policy.exit0 is not None and self._smoothed is not None and self._ref is not None and p.thumb is not None:
+            t0 = time.perf_counter()
+            if policy.exit0.decide(plan.horizon, change(p.thumb, self._ref[0]), p.sf.seq - self._ref[1],
+                                   self._smoothed.confidence):  # the picture did not change enough: it stands
+                ms = p.thumb_ms + (time.perf_counter() - t0) * 1e3
+                return replace(reused_decision(self._smoothed, compute_ms), horizon=plan.horizon, actual_ms=ms,
+                               unchanged=True), self._smoothed
+        dec = await self.scheduler.analyse(p.x, compute_ms, policy, plan)
         self._smoothed = self.smoother.update(dec.result.probs, dec.exit_index)
+        if p.thumb is not None:
+            self._ref = (p.thumb, p.sf.seq)  # exit 0 measures change against the frame the model last saw
         return dec, self._smoothed
 
     def segment_ms(self) -> list[float]:
@@ -175,7 +193,7 @@ class Decider:
             predicted_ms=dec.predicted_ms, actual_ms=dec.actual_ms, segments_ms=dec.segments_ms, budget=p.budget,
             network=p.network.estimate, stages_ms=stages, latency_ms=latency_ms,
             deadline_met=latency_ms + p.budget.network_ms <= self.settings.budget.total_budget_ms,
-            dropped_stale=dropped_stale, error=dec.error, reused=dec.exit_index < 0,
+            dropped_stale=dropped_stale, error=dec.error, reused=dec.exit_index < 0, unchanged=dec.unchanged,
             frame_size=(p.rgb.shape[1], p.rgb.shape[0]), **self._scored(p.sf.truth, dec, sm))
 
     def _scored(self, truth: str | None, dec: FrameDecision, sm: Smoothed) -> dict[str, Any]:

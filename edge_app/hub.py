@@ -285,7 +285,7 @@ class Hub:
             "analysis_errors": tally.errors, "deadline_misses": tally.deadline_misses, "answers": tally.counts(),
             "viewers": len(self.viewers(name)), "frames_rendered": pipe.rendered,
             "region": None if pipe.region is None else list(pipe.region),
-            "live_accuracy": tally.live_accuracy(), **self.video.status(name),
+            "live_accuracy": tally.live_accuracy(), "exit0": tally.exit0(), **self.video.status(name),
             "last_result": None if last is None else {"label": self.service.class_names[last.smoothed_class],
                                                       "confidence": round(last.smoothed_confidence, 3),
                                                       "exit": last.exit},

@@ -80,7 +80,7 @@ class BrowserIngest:
     def status(self) -> dict[str, Any]:
         p = self.pipeline
         return {"uplink_level": self.uplink.level, "frames_analysed": p.tally.analysed, "frames_rendered": p.rendered,
-                "frames_dropped_stale": p.slot.dropped, "answers": p.tally.counts()}
+                "frames_dropped_stale": p.slot.dropped, "answers": p.tally.counts(), "exit0": p.tally.exit0()}
 
     async def stop(self) -> None:
         await self.reader.stop()

@@ -34,8 +34,9 @@ class Metrics:
         self.frames_analysed = Counter("edge_frames_analysed", "Frames analysed", ["source"], registry=r)
         self.frames_answered = Counter("edge_frames_answered", "Frames answered, by whether the answer is predicted "
                                        "to reach the viewer within total_budget_ms (on_time, late) and how (model, "
-                                       "reused: the smoothed answer because even exit 1 would be late, skipped: "
-                                       "replaced by a newer frame while busy)", ["source", "timing", "how"],
+                                       "reused: the smoothed answer because even exit 1 would be late, exit0: the "
+                                       "last answer because the picture did not change, skipped: replaced by a "
+                                       "newer frame while busy)", ["source", "timing", "how"],
                                        registry=r)
         self.frames_unanswered = Counter("edge_frames_unanswered", "Frames that arrived and got no answer, by "
                                          "reason (no-answer-yet: skipped before the first answer; error: the "
@@ -47,7 +48,11 @@ class Metrics:
         self.answers_reused = Counter("edge_answers_reused", "Frames answered with the smoothed answer so far, "
                                       "without the model, because even exit 1 would have been late",
                                       ["source"], registry=r)
-        self.exit_chosen = Counter("edge_exit_chosen", "Frames answered by each exit", ["exit"], registry=r)
+        self.exit_chosen = Counter("edge_exit_chosen", "Frames answered by each exit (0: the last answer, the "
+                                   "picture unchanged)", ["exit"], registry=r)
+        self.compute_share = Gauge("edge_compute_share_of_full_depth", "What the analysed frames cost (exit 0's change "
+                                   "measure included) as a share of full depth on every one of them", ["source"],
+                                   registry=r)
         self.segment_runs = Counter("edge_segment_runs", "Segments run", ["segment"], registry=r)
         self.segment_seconds = Histogram("edge_segment_seconds", "Measured time of each segment", ["segment"],
                                          buckets=_MS_BUCKETS, registry=r)

@@ -69,7 +69,8 @@ class AnalysisPipeline:
         self.outputs: Broadcast[AnalysedFrame] = Broadcast()
         self._video_subscribers: set[Subscriber] = set()
         self.rendered = 0  # frames RENDER drew: 0 while nobody watches this source as video
-        self.tally = FrameTally(source, metric_source, engine.metrics, slot)  # every frame that arrived, answered
+        self.tally = FrameTally(source, metric_source, engine.metrics, slot,  # every frame that arrived, answered
+                                lambda: sum(c.median_ms for c in self.engine.service.costs))
         # the ingest side's view of each analysed frame (a browser's uplink control reads its arrival delay)
         self.on_decided: Callable[[FrameResult], None] | None = None
         self._task: asyncio.Task[None] | None = None

@@ -163,7 +163,7 @@ def _compact(r: FrameResult, classes: list[str]) -> dict[str, Any]:
         "frame_size": list(r.frame_size),
     }
     optional = {"stamp": r.stamp, "truth": None if r.truth is None else _truth(r), "error": r.error,
-                "skipped": r.skipped}
+                "skipped": r.skipped, "unchanged": r.unchanged or None}
     out.update({k: v for k, v in optional.items() if v is not None})
     return out
 
@@ -182,7 +182,8 @@ def _full(r: FrameResult, classes: list[str]) -> dict[str, Any]:
         "network": {k: (v if isinstance(v, bool) else _r(v, 3)) for k, v in asdict(r.network).items()},
         "stages_ms": {k: _r(v, 3) for k, v in r.stages_ms.items()},
         "latency_ms": _r(r.latency_ms, 3), "deadline_met": r.deadline_met, "dropped_stale": r.dropped_stale,
-        "error": r.error, "reused": r.reused, "skipped": r.skipped, "frame_size": list(r.frame_size),
+        "error": r.error, "reused": r.reused, "skipped": r.skipped, "unchanged": r.unchanged,
+        "frame_size": list(r.frame_size),
         "truth": None if r.truth is None else _truth(r), "detail": True,
     }
 

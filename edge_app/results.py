@@ -45,7 +45,8 @@ class FrameResult:
     deadline_met: bool  # latency + expected network time <= total budget
     dropped_stale: int  # frames of this source dropped before analysis, so far
     error: str | None = None  # a later segment failed; the answer comes from the exits before it
-    reused: bool = False  # no exit ran (exit 0): even exit 1 would have been late, the smoothed answer so far
+    reused: bool = False  # the answer is the smoothed answer so far (exit 0): no exit ran, or recall chose it
+    unchanged: bool = False  # exit 0 answered: the picture did not change enough since the model last ran
     skipped: str | None = None  # why it was answered unanalysed: "stale" (a newer frame replaced it while busy)
     frame_size: tuple[int, int] = (0, 0)  # (width, height) as decoded: a browser lowers it when bits are short
     truth: str | None = None  # the label a labelled source says the frame shows (the demo camera)

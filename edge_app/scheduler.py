@@ -36,6 +36,7 @@ class FrameDecision:
     deadline_met: bool  # the compute fitted its budget
     segments_ms: tuple[float, ...] = ()  # measured time of each segment that ran
     error: str | None = None  # a segment after the first raised: the answer is the best exit before it
+    unchanged: bool = False  # exit 0 answered: the picture did not change enough since the model last ran
 
 
 @dataclass(frozen=True)
@@ -88,11 +89,11 @@ class FrameScheduler:
                              deadline_met=outcome.actual_ms + outcome.queue_ms <= compute_budget_ms,
                              segments_ms=tuple(r.segment_ms for r in outcome.results), error=outcome.error)
 
-    async def analyse(self, x: np.ndarray, compute_budget_ms: float, policy: ExitPolicy | None = None
-                      ) -> FrameDecision:
-        """Plan, run in the service's inference thread, decide (with ``policy``, this frame's operating point,
-        when given; else the scheduler's own)."""
-        plan = self.plan(compute_budget_ms)
+    async def analyse(self, x: np.ndarray, compute_budget_ms: float, policy: ExitPolicy | None = None,
+                      plan: ExitPlan | None = None) -> FrameDecision:
+        """Plan (unless given), run in the service's inference thread, decide (with ``policy``, this frame's
+        operating point, when given; else the scheduler's own)."""
+        plan = plan or self.plan(compute_budget_ms)
         return self.decision(plan, await self.service.run(self.request(x, plan, policy)), compute_budget_ms)
 
     def analyse_now(self, x: np.ndarray, compute_budget_ms: float) -> FrameDecision:

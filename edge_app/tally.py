@@ -4,6 +4,7 @@ skipped for a newer one), or unanswered with a reason; the figures ``/status`` a
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from edge_app.metrics import Metrics
@@ -14,8 +15,10 @@ log = logging.getLogger(__name__)
 
 
 class FrameTally:
-    def __init__(self, source: str, metric_source: str, metrics: Metrics, slot: LatestSlot[SourceFrame]) -> None:
+    def __init__(self, source: str, metric_source: str, metrics: Metrics, slot: LatestSlot[SourceFrame],
+                 full_ms: Callable[[], float] = lambda: 1.0) -> None:
         self.source = source
+        self.full_ms = full_ms  # what full depth costs a frame now (the segments' medians): compute saved
         self.metric_source = metric_source
         self.metrics = metrics
         self.slot = slot
@@ -23,6 +26,9 @@ class FrameTally:
         self.errors = 0
         self.deadline_misses = 0
         self.reused = 0
+        self.unchanged = 0  # answered at exit 0: the picture did not change enough since the model last ran
+        self.compute_ms = 0.0  # what the analysed frames cost (exit 0's measure included), and what full depth
+        self.full_depth_ms = 0.0  # would have cost them
         self.answered = {"on_time": 0, "late": 0}
         self.skipped = 0  # answered from the smoothed state: replaced by a newer frame while busy
         self.unanswered = {"no-answer-yet": 0, "error": 0}
@@ -37,6 +43,13 @@ class FrameTally:
         """Skipped before the source had any answer to give."""
         self.unanswered["no-answer-yet"] += 1
         self.metrics.frames_unanswered.labels(self.metric_source, "no-answer-yet").inc()
+
+    def exit0(self) -> dict[str, Any]:
+        """Exit 0's share of the frames the model could have analysed, and what they cost of full depth."""
+        n = self.analysed
+        return {"frames": self.unchanged, "share": round(self.unchanged / n, 4) if n else None,
+                "compute_share_of_full_depth": round(self.compute_ms / self.full_depth_ms, 4)
+                if self.full_depth_ms else None}
 
     def live_accuracy(self) -> dict[str, Any] | None:
         """A labelled source's running accuracy under the model in use (None for a source without labels)."""
@@ -70,14 +83,16 @@ class FrameTally:
         """Every frame that arrived, as users see it: answered on time / late (of which skipped: the smoothed
         answer for a frame replaced while busy), or unanswered with its reason; they add up to ``arrived``."""
         return {"arrived": self.slot.put_count, "on_time": self.answered["on_time"], "late": self.answered["late"],
-                "skipped": self.skipped, "reused": self.reused, "unanswered": dict(self.unanswered),
+                "skipped": self.skipped, "reused": self.reused, "unchanged": self.unchanged,
+                "unanswered": dict(self.unanswered),
                 "pending": self.slot.put_count - sum(self.answered.values()) - sum(self.unanswered.values())}
 
     def record(self, r: FrameResult) -> None:
         m, src = self.metrics, self.metric_source
         timing = "on_time" if r.deadline_met else "late"
         self.answered[timing] += 1
-        m.frames_answered.labels(src, timing, "skipped" if r.skipped else "reused" if r.reused else "model").inc()
+        how = "skipped" if r.skipped else "exit0" if r.unchanged else "reused" if r.reused else "model"
+        m.frames_answered.labels(src, timing, how).inc()
         if r.skipped is not None:
             self.skipped += 1
             self.score(r)
@@ -86,11 +101,18 @@ class FrameTally:
         self.last = r
         self.score(r)
         m.frames_analysed.labels(src).inc()
-        if r.reused:
+        if r.unchanged:
+            self.unchanged += 1
+            m.exit_chosen.labels("0").inc()
+        elif r.reused:
             self.reused += 1
             m.answers_reused.labels(src).inc()
         else:
             m.exit_chosen.labels(str(r.exit)).inc()
+        if not r.reused or r.unchanged or r.exits_run:  # late reuses cost nothing, and saved nothing either
+            self.compute_ms += r.actual_ms
+            self.full_depth_ms += self.full_ms()
+            m.compute_share.labels(src).set(self.compute_ms / max(self.full_depth_ms, 1e-9))
         for k, ms in enumerate(r.segments_ms):
             m.segment_runs.labels(str(k + 1)).inc()
             m.segment_seconds.labels(str(k + 1)).observe(ms / 1e3)

@@ -99,25 +99,44 @@ def solve_chain(p1: Sequence[float] | np.ndarray, transitions: Sequence[np.ndarr
     cost = np.asarray(cost, float)
     transitions = [np.asarray(P, float) for P in transitions]
     _validate(p1, transitions, loss, cost, lam)
-    n, m = loss.shape
-    R = lam * loss
-    big = float(R.max() + (1 - lam) * cost.sum() + 1.0)  # beyond every reachable X and every C
-    xs = np.unique(np.concatenate([[0.0, big], R.ravel()]))
-    values = np.tile(xs, (m, 1))  # V_n(X, s) = X
-    sigma = np.full((n, m), np.inf)
+    sigmas, objective = _backward(p1, transitions, list(loss), cost, lam)
+    return ChainSolution(sigma=np.stack(sigmas), expected_objective=objective, weighted_loss=lam * loss, lam=lam)
+
+
+def solve_states(p_first: np.ndarray, transitions: Sequence[np.ndarray], loss: Sequence[np.ndarray],
+                 cost: np.ndarray, lam: float) -> tuple[list[np.ndarray], float]:
+    """The same DP on a chain whose exits have state spaces of their own sizes: exit k has ``len(loss[k])`` states
+    and ``transitions[k]`` is (states of k, states of k+1). Returns each exit's index (``sigma[k][s]``) and the
+    optimal expected objective. (Exit 0, the last answer, has a state space of its own: ``models.video``.)"""
+    for k, P in enumerate(transitions):
+        if P.shape != (len(loss[k]), len(loss[k + 1])) or (P < 0).any() or not np.allclose(P.sum(axis=1), 1.0):
+            raise ValueError(f"transitions[{k}] must be a {len(loss[k])}x{len(loss[k + 1])} stochastic matrix")
+    if any(not (np.isfinite(v).all() and (v > 0).all()) for v in loss):
+        raise ValueError("node losses must be finite and strictly positive")
+    return _backward(np.asarray(p_first, float), list(transitions), [np.asarray(v, float) for v in loss],
+                     np.asarray(cost, float), lam)
+
+
+def _backward(p_first: np.ndarray, transitions: list[np.ndarray], loss: list[np.ndarray], cost: np.ndarray,
+              lam: float) -> tuple[list[np.ndarray], float]:
+    n = len(loss)
+    R = [lam * v for v in loss]
+    big = float(max(r.max() for r in R) + (1 - lam) * cost.sum() + 1.0)  # beyond every reachable X and every C
+    xs = np.unique(np.concatenate([[0.0, big], *R]))
+    values = np.tile(xs, (len(R[-1]), 1))  # V_n(X, s) = X
+    sigma = [np.full(len(v), np.inf) for v in loss]
     for k in range(n - 2, -1, -1):
         P, r_next = transitions[k], R[k + 1]
         # C_k on the grid: V_{k+1}(min(X, r), s') for every s', exact by interpolation
-        inner = np.stack([np.interp(np.minimum(xs, r_next[t]), xs, values[t]) for t in range(m)])
-        cont = (1 - lam) * cost[k + 1] + P @ inner  # (m, len(xs)), linear between grid points
-        for s in range(m):
-            sigma[k, s] = _index_of(xs, xs - cont[s])
+        inner = np.stack([np.interp(np.minimum(xs, r_next[t]), xs, values[t]) for t in range(len(r_next))])
+        cont = (1 - lam) * cost[k + 1] + P @ inner  # (states of k, len(xs)), linear between grid points
+        for s in range(len(R[k])):
+            sigma[k][s] = _index_of(xs, xs - cont[s])
         new_xs = np.unique(np.concatenate([xs, sigma[k][np.isfinite(sigma[k])]]))
-        cont = np.stack([np.interp(new_xs, xs, cont[s]) for s in range(m)])
+        cont = np.stack([np.interp(new_xs, xs, cont[s]) for s in range(len(R[k]))])
         xs, values = new_xs, np.minimum(new_xs, cont)
-    start = np.array([np.interp(R[0, s], xs, values[s]) for s in range(m)])
-    objective = float((1 - lam) * cost[0] + p1 @ start)
-    return ChainSolution(sigma=sigma, expected_objective=objective, weighted_loss=R, lam=lam)
+    start = np.array([np.interp(R[0][s], xs, values[s]) for s in range(len(R[0]))])
+    return sigma, float((1 - lam) * cost[0] + p_first @ start)
 
 
 def truncate(p1: np.ndarray, transitions: Sequence[np.ndarray], loss: np.ndarray, cost: np.ndarray,

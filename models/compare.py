@@ -69,17 +69,20 @@ def front(f: Family, weights: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return out
 
 
-def compare(a: Family, b: Family, levels: np.ndarray, resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+def compare(a: Family, b: Family, levels: np.ndarray, resamples: int = 1000, seed: int = 0,
+            blocks: np.ndarray | None = None) -> dict[str, Any]:
     """``a``'s cost minus ``b``'s at each level and on average over the levels both reach, with paired-bootstrap
-    95 % intervals over the frames."""
+    95 % intervals over the frames; with ``blocks`` (a block id per frame: consecutive frames of video, which are
+    not independent), over whole blocks (a block bootstrap)."""
     n = a.cost.shape[1]
     ones = np.ones(n)
     point = front(a, ones, levels) - front(b, ones, levels)
     both = np.isfinite(point)
     rng = np.random.default_rng(seed)
     diffs = np.empty((resamples, len(levels)))
+    ids, inverse = (np.arange(n), np.arange(n)) if blocks is None else np.unique(blocks, return_inverse=True)
     for r in range(resamples):
-        w = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
+        w = np.bincount(rng.integers(0, len(ids), len(ids)), minlength=len(ids)).astype(float)[inverse]
         diffs[r] = front(a, w, levels) - front(b, w, levels)
     rows: list[dict[str, Any]] = []
     for i, level in enumerate(levels):

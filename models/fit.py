@@ -33,6 +33,7 @@ from models.policies import (
     DynamicIndex,
     run_on_trace,
 )
+from models.video import Exit0Fit, solve_exit0
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class FittedChain:
     agreement: bool = False  # state = (confidence bin, agrees with the previous exit's class)
     answer_loss: np.ndarray | None = None  # (n, n, m, m): error of exit j given s_j and the last exit k's s_k
     statistic: str = "confidence"  # what the bins are of (``STATISTICS``)
+    exit0: Exit0Fit | None = None  # the last answer's stage, fitted on video (``models.video``)
 
     @property
     def bins(self) -> int:
@@ -180,9 +182,14 @@ def answer_losses(states: np.ndarray, correct: np.ndarray, m: int, exit_error: n
 
 
 def build_policy(chain: FittedChain, lam: float, min_exit: int = 1) -> DynamicIndex:
-    sols = solve_horizons(chain.p1, list(chain.transitions), chain.loss, chain.cost, lam)
+    """The index at ``lam``. With exit 0, exits 1..n's node losses count ``hold`` times: an answer the model gives
+    is served until the picture changes (exit 0 holds it), while a wrong last answer at exit 0 costs about one frame
+    (the change stays in view, and the next frame decides again)."""
+    loss = chain.loss if chain.exit0 is None else chain.loss * chain.exit0.hold
+    sols = solve_horizons(chain.p1, list(chain.transitions), loss, chain.cost, lam)
+    exit0 = None if chain.exit0 is None else solve_exit0(chain.exit0, chain.transitions, loss, chain.cost, lam)
     return DynamicIndex(chain.bin_edges, sols, agreement=chain.agreement, answer_loss=chain.answer_loss,
-                        min_exit=min_exit, statistic=chain.statistic)
+                        min_exit=min_exit, statistic=chain.statistic, exit0=exit0)
 
 
 # --- choosing lam ----------------------------------------------------------------------------------------------

@@ -16,10 +16,12 @@ import numpy as np
 
 from models.errors import ModelFolderError, PolicyError
 from models.manifest import Manifest, verify_file
+from models.video import Clips
 
 POLICY_FILE = "policy.json"
 TRACE_KINDS = ("auto", "clean", "vp8")
 CODEC_SUFFIX = "-vp8"  # manifest trace names of VP8-coded frames: "calibration-vp8", "test-vp8"
+CLIPS_CALIBRATION, CLIPS_TEST = "clips-calibration", "clips-test"  # labelled video in time order (exit 0)
 
 
 def load_traces(folder: Path, manifest: Manifest, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -33,6 +35,25 @@ def load_traces(folder: Path, manifest: Manifest, split: str) -> tuple[np.ndarra
             return z["probs"].astype(np.float64), z["labels"]
     except (OSError, KeyError, ValueError) as exc:
         raise ModelFolderError(f"{path}: not a trace file with probs and labels ({exc}); re-export the model") from exc
+
+
+def load_clips(folder: Path, manifest: Manifest, name: str) -> Clips:
+    """The labelled video the manifest names ``name`` (``edge_app.bench.clips`` writes it): every frame's softmax
+    at every exit, its label, exit 0's thumbnail of it, its clip."""
+    if name not in manifest.traces:
+        raise ModelFolderError(f"{folder}: the manifest lists no {name!r} clips (it has {sorted(manifest.traces)}); "
+                               f"make them with 'edge-app clip-traces --model {folder}'")
+    spec = manifest.traces[name]
+    path = verify_file(folder, spec.file, spec.sha256)
+    try:
+        with np.load(path) as z:
+            scale = float(z["thumb_scale"])
+            thumbs = np.cumsum(z["thumb_deltas"], axis=0, dtype=np.int16)  # stored frame to frame
+            return Clips(z["probs"].astype(np.float64), z["labels"].astype(int),
+                         (thumbs.astype(np.float32) - 128) / scale, z["clip"].astype(int), float(z["fps"]))
+    except (OSError, KeyError, ValueError) as exc:
+        raise ModelFolderError(f"{path}: not a clip trace file ({exc}); make it again with 'edge-app "
+                               "clip-traces'") from exc
 
 
 def trace_names(manifest: Manifest, kind: str = "auto") -> tuple[str, str]:

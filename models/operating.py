@@ -10,7 +10,7 @@ the app can move to a cheaper point it knows the price of, and back when the loa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,7 @@ from models.fit import LAM_GRID, build_policy, fit_chain, normalised_costs, repl
 from models.folder import load_traces, policy_meta
 from models.manifest import read_manifest
 from models.policies import ConfidenceThreshold, DynamicIndex, ExitPolicy
+from models.policy_store import stored_exit0
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ def operating_points(folder: Path, policy: ExitPolicy, count: int = 8, costs_ms:
     chain = fit_chain(probs, labels, costs_ms or manifest.costs_ms, bins=int(meta.get("bins", 8)),
                       loss_kind=str(meta["loss_kind"]), statistic=str(meta.get("statistic", "confidence")),
                       isotonic=bool(meta.get("isotonic", False)))
+    chain = replace(chain, exit0=stored_exit0(folder))  # exit 0 at every point, when fitted on video
     if costs_ms is not None:
         policy = build_policy(chain, policy.lam, policy.min_exit)
     acc, cost = replay_index(policy, probs, labels, chain.cost)

@@ -9,6 +9,9 @@
 All runs stop at the horizon whatever they would prefer.  ``DynamicIndex`` is
 T-Tamer's index policy with recall; the others are the baselines of the
 early-exit literature.  Decisions are table look-ups and a few comparisons.
+
+On video, an index with exit 0 (``DynamicIndex.exit0``, ``models.video``) first decides whether the source's last
+answer will do; when it goes on, the chain runs as on a single frame.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from models.chain import ChainSolution
+from models.video import Exit0Tables
 
 
 class PolicyRun(Protocol):
@@ -33,6 +37,9 @@ class PolicyRun(Protocol):
 class ExitPolicy(Protocol):
     @property
     def name(self) -> str: ...
+
+    @property
+    def exit0(self) -> Exit0Tables | None: ...  # the last answer's stage (an index fitted on video), else None
 
     def start(self, horizon: int) -> PolicyRun: ...
 
@@ -57,6 +64,8 @@ class _LastRun:
 class FixedExit:
     """Always run to exit ``exit`` (1-based), or to the horizon if that is shallower."""
 
+    exit0: ClassVar[None] = None  # no stage before exit 1
+
     exit: int
 
     @property
@@ -76,6 +85,8 @@ class _FixedRun(_LastRun):
 class BudgetGreedy:
     """The deepest exit whose cost fits the budget: run until the horizon the deadline allows."""
 
+    exit0: ClassVar[None] = None  # no stage before exit 1
+
     name: str = "budget-greedy"
 
     def start(self, horizon: int) -> PolicyRun:
@@ -85,6 +96,8 @@ class BudgetGreedy:
 @dataclass(frozen=True)
 class ConfidenceThreshold:
     """Stop at the first exit whose max softmax reaches ``threshold`` ("1-Thr")."""
+
+    exit0: ClassVar[None] = None  # no stage before exit 1
 
     threshold: float
     name: str = "confidence"
@@ -96,6 +109,8 @@ class ConfidenceThreshold:
 @dataclass(frozen=True)
 class EntropyThreshold:
     """Stop at the first exit whose normalised entropy (H / log C, in [0, 1]) is at most ``threshold``."""
+
+    exit0: ClassVar[None] = None  # no stage before exit 1
 
     threshold: float
     name: str = "entropy"
@@ -124,6 +139,8 @@ class _ThresholdRun(_LastRun):
 class Patience:
     """Stop once the predicted class has stayed the same for ``patience`` consecutive exits after the first
     that gave it (PABEE); ``patience = 1``: two agreeing exits in a row."""
+
+    exit0: ClassVar[None] = None  # no stage before exit 1
 
     patience: int
     name: str = "patience"
@@ -170,7 +187,7 @@ class DynamicIndex:
 
     def __init__(self, bin_edges: np.ndarray, solutions: list[ChainSolution], name: str = "dynamic-index",
                  agreement: bool = False, answer_loss: np.ndarray | None = None, min_exit: int = 1,
-                 statistic: str = "confidence") -> None:
+                 statistic: str = "confidence", exit0: Exit0Tables | None = None) -> None:
         self.bin_edges = bin_edges  # (n, bins-1) inner edges of the confidence bins, per exit
         self.solutions = solutions  # index K-1 holds the table for horizon K
         self.name = name
@@ -178,6 +195,7 @@ class DynamicIndex:
         self.answer_loss = answer_loss
         self.min_exit = max(1, min(min_exit, len(solutions)))
         self.statistic = statistic  # what the bins are of: max softmax, or "margin" (top-1 minus top-2)
+        self.exit0 = exit0  # the last answer's stage, fitted on video (None: every frame runs exit 1)
 
     @property
     def lam(self) -> float:

@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 from models.chain import ChainSolution
 from models.errors import PolicyError
 from models.fit import LOSS_KINDS, STATISTICS, FittedChain, build_policy, fit_chain, lam_for_target, replay_index
-from models.folder import POLICY_FILE, load_traces, policy_meta, trace_names
+from models.folder import CLIPS_CALIBRATION, POLICY_FILE, load_traces, policy_meta, trace_names
 from models.manifest import read_manifest
 from models.policies import (
     BudgetGreedy,
@@ -27,6 +28,7 @@ from models.policies import (
     FixedExit,
     Patience,
 )
+from models.video import MAX_SINCE, Exit0Fit, exit0_from_json, exit0_to_json
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ def save_policy(folder: Path, chain: FittedChain, policy: DynamicIndex, calibrat
             _finite_or_none(policy.answer_loss[j, k]) for j in range(chain.loss.shape[0])
             for k in range(chain.loss.shape[0])],
         "expected_objective_by_horizon": [s.expected_objective for s in policy.solutions],
+        "exit0": None if chain.exit0 is None or policy.exit0 is None else exit0_to_json(chain.exit0, policy.exit0),
         **extra,
     }
     path = folder / POLICY_FILE
@@ -90,8 +93,11 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         if d.get("answer_loss") is not None:  # absent in tables written before it existed: marginal recall
             answer = np.array([[np.inf if v is None else v for v in row] for block in d["answer_loss"]
                                for row in block], float).reshape(n_exits, n_exits, m, m)
+        exit0 = None if d.get("exit0") is None else exit0_from_json(d["exit0"], lam)[1]
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         raise PolicyError(f"{path} is not a valid policy table ({exc}); refit with 'edge-app fit-policy'") from exc
+    if exit0 is not None and exit0.sigma.shape[0] != n_exits:
+        raise PolicyError(f"{path}: exit 0 has tables for {exit0.sigma.shape[0]} horizons, the model has {n_exits}")
     if len(sols) != n_exits:
         raise PolicyError(f"{path} has tables for {len(sols)} exits, the model has {n_exits}")
     if calibration_sha256 and d.get("calibration_sha256") != calibration_sha256:
@@ -101,7 +107,13 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
         raise PolicyError(f"{path}: statistic {statistic!r} is not one of {STATISTICS}; refit with 'edge-app "
                           "fit-policy'")
     return DynamicIndex(edges, sols, agreement=bool(d.get("agreement", False)), answer_loss=answer,
-                        min_exit=int(d.get("min_exit", 1)), statistic=statistic)
+                        min_exit=int(d.get("min_exit", 1)), statistic=statistic, exit0=exit0)
+
+
+def stored_exit0(folder: Path) -> Exit0Fit | None:
+    """Exit 0's fit as ``policy.json`` keeps it (None: fitted without video), to re-solve at another lam."""
+    d = json.loads((folder / POLICY_FILE).read_text())
+    return None if d.get("exit0") is None else exit0_from_json(d["exit0"], float(d["lam"]))[0]
 
 
 def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,
@@ -132,11 +144,22 @@ def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_acc
     lam, acc, cost, chain = best
     policy = build_policy(chain, lam, min_exit)
     default = _default_policy(probs, labels, manifest.costs_ms, chain, policy, target)
+    video = None
+    if CLIPS_CALIBRATION in manifest.traces:  # exit 0 in front, fitted on clips, lam chosen on them
+        from models.video_fit import fit_on_video
+
+        chain, lam, video = fit_on_video(folder, manifest, chain, lam, min_exit)
+        policy = build_policy(chain, lam, min_exit)
+        default = {"kind": "dynamic-index", "why": (
+            f"fitted on video with exit 0: on the calibration clips {100 * video['accuracy']:.2f} % (full depth on "
+            f"every frame {100 * video['full_depth_accuracy']:.2f} %) at {video['cost']:.3f} of full depth, a change "
+            f"noticed within {video['notice_frames_p95']:.0f} frames at p95; a per-frame rule cannot skip a frame "
+            "(edge-app compare-video compares them on held-out clips)"), "per_frame": default}
     seconds = time.perf_counter() - t0
     info = {"lam": lam, "min_exit": policy.min_exit, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,
             "target_accuracy": target, "calibration_accuracy": acc,
             "calibration_cost": cost, "calibration_final_exit_accuracy": final_acc, "calibration_frames": len(labels),
-            "fit_seconds": round(seconds, 3), "default": default}
+            "fit_seconds": round(seconds, 3), "default": default, "video": video}
     path = save_policy(folder, chain, policy, manifest.traces[cal_name].sha256, info)
     log.info("wrote %s: fitted on %s traces, lam=%.4f, calibration accuracy %.4f at cost %.3f of full depth "
              "(%.2fs)", path, cal_name, lam, acc, cost, seconds)
@@ -193,7 +216,8 @@ def configured_policy(folder: Path, kind: str, lam: float | None = None, target_
     if lam is None and target_accuracy is None:
         return load_policy(folder, n, manifest.traces[cal_name].sha256)
     probs, labels = load_traces(folder, manifest, cal_name)
-    chain = fit_chain(probs, labels, manifest.costs_ms, loss_kind=str(meta["loss_kind"]))
+    chain = replace(fit_chain(probs, labels, manifest.costs_ms, loss_kind=str(meta["loss_kind"])),
+                    exit0=stored_exit0(folder))
     floor = int(meta.get("min_exit", 1))
     lam = lam if lam is not None else lam_for_target(chain, probs, labels, target_accuracy or 1.0, floor)[0]
     return build_policy(chain, lam, floor)
@@ -206,6 +230,9 @@ def describe_policy(policy: ExitPolicy, folder: Path, kind: str, lam: float | No
     if isinstance(policy, DynamicIndex):
         params: dict[str, Any] = {"lam": round(policy.lam, 6), "min_exit": policy.min_exit,
                                   "bins": int(policy.bin_edges.shape[1]) + 1, "statistic": policy.statistic}
+        if policy.exit0 is not None:
+            params["exit0"] = {"states": policy.exit0.bins.count, "max_since_frames": MAX_SINCE,
+                               "cost_share_of_full_depth": round(policy.exit0.cost, 5)}
     else:
         params = {k: round(v, 6) if isinstance(v, float) else v for k, v in vars(policy).items() if k != "name"}
     source = f"[policy] kind = {kind!r}"

@@ -44,6 +44,9 @@ def test_the_server_writes_exactly_the_vectors() -> None:
         "result, answered unanalysed (skipped: a newer frame came)": protocol.result(
             frame_result(skipped="stale", reused=True, exit=0, exits_run=0, stamp=None), CLASSES, detail=False,
             rtt_source="prior"),
+        "result, exit 0 (the picture did not change: the last answer)": protocol.result(
+            frame_result(reused=True, unchanged=True, exit=0, exits_run=0, actual_ms=0.021, segments_ms=()), CLASSES,
+            detail=False, rtt_source="rtcp+datachannel"),
         "ping from the server (its clock)": protocol.Ping(7, 1765000000123.4),
         "source: reconnecting": protocol.Source("door", "reconnecting", "no answer within 5 s (open_timeout_s)"),
         "uplink: no cap": protocol.Uplink(None, 1.0, 30.0),

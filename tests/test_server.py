@@ -36,10 +36,11 @@ async def test_page_health_and_status(base_url: str) -> None:
     assert [e["name"] for e in s["model"]["exits"]] == ["exit1", "exit2", "exit3"]
     assert len(s["model"]["classes"]) == 11
     # the policy served, not the one configured: [policy] kind = "auto" serves what fit-policy chose
-    chosen = policy_meta(REPO / "models" / "default")["default"]
-    assert s["policy"]["kind"] == chosen["kind"] == "confidence", s["policy"]
-    assert s["policy"]["threshold"] == chosen["threshold"] != s["policy_configured"]["threshold"], s["policy"]
-    assert "policy.json" in s["policy"]["from"] and s["policy_configured"]["kind"] == "auto"
+    meta = policy_meta(REPO / "models" / "default")
+    assert s["policy"]["kind"] == meta["default"]["kind"] == "dynamic-index", s["policy"]
+    assert s["policy"]["lam"] == round(meta["lam"], 6) and "exit0" in s["policy"], s["policy"]
+    assert s["policy"]["why"] == meta["default"]["why"] and "policy.json" in s["policy"]["from"]
+    assert s["policy_configured"] == {**s["policy_configured"], "kind": "auto", "threshold": 0.9}
 
 
 def test_status_names_each_policy_as_served() -> None:

@@ -54,3 +54,37 @@ def vp8_roundtrip(frames: Iterable[np.ndarray], kbps: float, fps: int = 30) -> I
         yield from decoded(list(enc.encode(frame)))
     if enc is not None:
         yield from decoded(list(enc.encode(None)))
+
+
+def h264_roundtrip(frames: Iterable[np.ndarray], kbps: float, fps: int = 30) -> Iterator[np.ndarray]:
+    """The same with H.264 (libx264, as a camera or a WebRTC sender runs it: zero latency, no B-frames, a keyframe
+    every 2 s). Yields exactly one decoded RGB frame per input frame, in order."""
+    if kbps <= 0:
+        raise ValueError(f"kbps must be positive, got {kbps}")
+    enc: av.VideoCodecContext | None = None
+    dec = av.CodecContext.create("h264", "r")
+
+    def decoded(packets: list[av.Packet[Any]]) -> Iterator[np.ndarray]:
+        for packet in packets:
+            for frame in dec.decode(packet):
+                yield frame.to_ndarray(format="rgb24")
+
+    for pts, rgb in enumerate(frames):
+        if enc is None:
+            h, w = rgb.shape[:2]
+            enc = av.CodecContext.create("libx264", "w")
+            enc.width, enc.height, enc.pix_fmt = w, h, "yuv420p"
+            enc.framerate = Fraction(fps)
+            enc.time_base = Fraction(1, fps)
+            enc.bit_rate = int(kbps * 1000)
+            enc.gop_size = 2 * fps
+            enc.options = {"preset": "veryfast", "tune": "zerolatency", "bf": "0", "threads": "1"}
+        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+        frame.pts = pts
+        yield from decoded(list(enc.encode(frame)))
+    if enc is not None:
+        yield from decoded(list(enc.encode(None)))
+    yield from decoded([None])  # type: ignore[list-item]
+
+
+ROUNDTRIPS = {"vp8": vp8_roundtrip, "h264": h264_roundtrip}

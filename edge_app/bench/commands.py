@@ -1,6 +1,7 @@
 """The benchmarks' and offline tools' subcommands: ``edge-app bench-model``, ``bench-policy``, ``bench-pipeline``,
 ``bench-smoothing``, ``bench-sessions``, ``bench-network``, ``bench-soak``, ``bench-batching``, ``bench-overload``,
-``bench-viewers``, ``bench-teach``, ``evaluate``, ``compare-policies``, ``codec-traces``.
+``bench-viewers``, ``bench-teach``, ``evaluate``, ``compare-policies``, ``codec-traces``, ``clip-traces``,
+``compare-video``.
 
 ``edge_app.cli`` adds them to its parser for every command but ``serve``; each imports its module only when it runs.
 """
@@ -125,6 +126,39 @@ def cmd_codec_traces(args: argparse.Namespace) -> int:
     print(f"wrote {', '.join(s.file for s in written.values())} and listed them in {folder / 'manifest.json'}; "
           f"refit the policy on them with: edge-app fit-policy --model {folder}")
     return 0
+
+def cmd_clip_traces(args: argparse.Namespace) -> int:
+    from edge_app.bench.clips import write_clip_traces
+
+    folder = model_dir(args)
+    try:
+        written = write_clip_traces(folder, args.data)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {', '.join(s.file for s in written.values())} and listed them in {folder / 'manifest.json'}; "
+          f"fit exit 0 on them with: edge-app fit-policy --model {folder}")
+    return 0
+
+
+def cmd_compare_video(args: argparse.Namespace) -> int:
+    from edge_app.bench.video_compare import compare_video
+
+    compare_video(model_dir(args), args.out, args.resamples)
+    print(f"\nwrote {args.out / 'compare-video.md'} and {args.out / 'compare-video.json'}")
+    return 0
+
+
+def cmd_bench_slow_device(args: argparse.Namespace) -> int:
+    from edge_app.bench.slow_device import bench_slow_device
+
+    if not (args.data / "test.npz").is_file():
+        print(f"error: {args.data / 'test.npz'}: no such demo split; build it with: python -m exporter data",
+              file=sys.stderr)
+        return 2
+    print(bench_slow_device(model_dir(args), args.data, args.seconds, args.fps))
+    return 0
+
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     if plots_missing():
@@ -360,6 +394,26 @@ def add_tool_commands(sub: Any) -> None:
     ct.add_argument("--height", type=int, default=480, choices=[192, 240, 360, 480, 720],
                     help="frame height (4:3); a browser sends less when short of bits (bench-network: mostly 240)")
     ct.set_defaults(func=cmd_codec_traces)
+    cl = sub.add_parser("clip-traces", help="labelled video in time order (states held 10-120 s, noise, light drift, "
+                        "passers-by; VP8 and H.264) through the model: the clips exit 0 is fitted and compared on")
+    model_args(cl)
+    cl.add_argument("--data", type=Path, default=Path("data/demo"),
+                    help="demo data folder with calibration.npz and test.npz (python -m exporter data)")
+    cl.set_defaults(func=cmd_clip_traces)
+    cv = sub.add_parser("compare-video", help="the index with exit 0 against a per-frame threshold, a tuned motion "
+                        "gate + threshold and a fixed refresh on the test clips: fronts with block-bootstrap "
+                        "intervals, time to notice a change")
+    model_args(cv)
+    cv.add_argument("--out", type=Path, default=Path("artifacts/compare-video"))
+    cv.add_argument("--resamples", type=int, default=1000)
+    cv.set_defaults(func=cmd_compare_video)
+    sd = sub.add_parser("bench-slow-device", help="a static-dominated camera at 30 fps on an emulated 25/25/25 ms "
+                        "device: every frame answered on time, accuracy as served, exit 0's share, per policy")
+    model_args(sd)
+    sd.add_argument("--data", type=Path, default=Path("data/demo"), help="demo data folder with test.npz")
+    sd.add_argument("--seconds", type=float, default=120.0)
+    sd.add_argument("--fps", type=float, default=30.0)
+    sd.set_defaults(func=cmd_bench_slow_device)
     bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
     model_args(bp)
     bp.add_argument("--frames", type=int, default=2000)

@@ -163,7 +163,7 @@ class PeerSession:
                                              "video_target_bps": None, "video_scale_down": None}),
             **(self.ingest.status() if self.ingest else {"uplink_level": 0, "frames_analysed": None,
                                                          "frames_rendered": None, "frames_dropped_stale": None,
-                                                         "answers": None}),
+                                                         "answers": None, "exit0": None}),
             "timed_out": life.timed_out,
         }
 
