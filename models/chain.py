@@ -79,15 +79,36 @@ def _validate(p1: np.ndarray, transitions: Sequence[np.ndarray], loss: np.ndarra
         raise ValueError(f"lam={lam} is outside [0, 1]")
 
 
-def _index_of(xs: np.ndarray, g: np.ndarray) -> float:
-    """Largest x with g(x) <= 0 for g piecewise linear through (xs, g), non-decreasing, g(xs[-1]) > 0."""
-    nonpos = np.nonzero(g <= 0.0)[0]
-    if nonpos.size == 0:
-        return 0.0  # X > 0 always: never stop here
-    i = int(nonpos[-1])
-    if g[i] == 0.0 or i + 1 >= len(xs):
-        return float(xs[i])
-    return float(xs[i] - g[i] * (xs[i + 1] - xs[i]) / (g[i + 1] - g[i]))
+def _indices_of(xs: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Per row of ``g`` (states x grid): the largest x with g(x) <= 0, g piecewise linear through (xs, g[row]),
+    non-decreasing, g(xs[-1]) > 0; 0 where g > 0 everywhere (X > 0 always: never stop there)."""
+    rows = np.arange(g.shape[0])
+    nonpos = g <= 0.0
+    last = g.shape[1] - 1 - np.argmax(nonpos[:, ::-1], axis=1)
+    nxt = np.minimum(last + 1, g.shape[1] - 1)
+    gi, gn = g[rows, last], g[rows, nxt]
+    exact = (gi == 0.0) | (nxt == last)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        root = np.where(exact, xs[last], xs[last] - gi * (xs[nxt] - xs[last]) / (gn - gi))
+    out: np.ndarray = np.where(nonpos.any(axis=1), root, 0.0)
+    return out
+
+
+def _interp_at(points: np.ndarray, xs: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.interp(points[i], xs, values[i])`` for every row i at once."""
+    j = np.clip(np.searchsorted(xs, points, side="right") - 1, 0, len(xs) - 2)
+    w = (points - xs[j]) / (xs[j + 1] - xs[j])
+    rows = np.arange(len(points))
+    out: np.ndarray = values[rows, j] * (1 - w) + values[rows, j + 1] * w
+    return out
+
+
+def _interp_rows(new_xs: np.ndarray, xs: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.interp(new_xs, xs, row)`` for every row of ``values`` at once (``new_xs`` within [xs[0], xs[-1]])."""
+    j = np.clip(np.searchsorted(xs, new_xs, side="right") - 1, 0, len(xs) - 2)
+    w = (new_xs - xs[j]) / (xs[j + 1] - xs[j])
+    out: np.ndarray = values[:, j] * (1 - w) + values[:, j + 1] * w
+    return out
 
 
 def solve_chain(p1: Sequence[float] | np.ndarray, transitions: Sequence[np.ndarray] | np.ndarray,
@@ -104,14 +125,14 @@ def solve_chain(p1: Sequence[float] | np.ndarray, transitions: Sequence[np.ndarr
 
 
 def solve_states(p_first: np.ndarray, transitions: Sequence[np.ndarray], loss: Sequence[np.ndarray],
-                 cost: np.ndarray, lam: float) -> tuple[list[np.ndarray], float]:
+                 cost: np.ndarray, lam: float, check: bool = True) -> tuple[list[np.ndarray], float]:
     """The same DP on a chain whose exits have state spaces of their own sizes: exit k has ``len(loss[k])`` states
     and ``transitions[k]`` is (states of k, states of k+1). Returns each exit's index (``sigma[k][s]``) and the
     optimal expected objective. (Exit 0, the last answer, has a state space of its own: ``models.video``.)"""
-    for k, P in enumerate(transitions):
+    for k, P in enumerate(transitions if check else ()):
         if P.shape != (len(loss[k]), len(loss[k + 1])) or (P < 0).any() or not np.allclose(P.sum(axis=1), 1.0):
             raise ValueError(f"transitions[{k}] must be a {len(loss[k])}x{len(loss[k + 1])} stochastic matrix")
-    if any(not (np.isfinite(v).all() and (v > 0).all()) for v in loss):
+    if check and any(not (np.isfinite(v).all() and (v > 0).all()) for v in loss):
         raise ValueError("node losses must be finite and strictly positive")
     return _backward(np.asarray(p_first, float), list(transitions), [np.asarray(v, float) for v in loss],
                      np.asarray(cost, float), lam)
@@ -127,15 +148,15 @@ def _backward(p_first: np.ndarray, transitions: list[np.ndarray], loss: list[np.
     sigma = [np.full(len(v), np.inf) for v in loss]
     for k in range(n - 2, -1, -1):
         P, r_next = transitions[k], R[k + 1]
-        # C_k on the grid: V_{k+1}(min(X, r), s') for every s', exact by interpolation
-        inner = np.stack([np.interp(np.minimum(xs, r_next[t]), xs, values[t]) for t in range(len(r_next))])
+        # C_k on the grid: V_{k+1}(min(X, r), s') for every s': V_{k+1} itself up to r, its value at r beyond (r is a
+        # grid point, so this is exact)
+        at_r = _interp_at(r_next, xs, values)
+        inner = np.where(xs[None, :] <= r_next[:, None], values, at_r[:, None])
         cont = (1 - lam) * cost[k + 1] + P @ inner  # (states of k, len(xs)), linear between grid points
-        for s in range(len(R[k])):
-            sigma[k][s] = _index_of(xs, xs - cont[s])
+        sigma[k] = _indices_of(xs, xs[None, :] - cont)
         new_xs = np.unique(np.concatenate([xs, sigma[k][np.isfinite(sigma[k])]]))
-        cont = np.stack([np.interp(new_xs, xs, cont[s]) for s in range(len(R[k]))])
-        xs, values = new_xs, np.minimum(new_xs, cont)
-    start = np.array([np.interp(R[0][s], xs, values[s]) for s in range(len(R[0]))])
+        xs, values = new_xs, np.minimum(new_xs, _interp_rows(new_xs, xs, cont))
+    start = _interp_at(R[0], xs, values)
     return sigma, float((1 - lam) * cost[0] + p_first @ start)
 
 

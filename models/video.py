@@ -238,9 +238,10 @@ def solve_exit0(fit: Exit0Fit, transitions: np.ndarray, loss: np.ndarray, cost: 
     n = loss.shape[0]
     m0 = fit.bins.count
     sigma = np.empty((n, m0))
-    for horizon in range(1, n + 1):
+    for horizon in range(n, 0, -1):  # the longest first: its check covers the shorter ones
         sigmas, _ = solve_states(np.full(m0, 1 / m0), [fit.transitions, *transitions[: horizon - 1]],
-                                 [fit.loss, *loss[:horizon]], np.concatenate([[fit.cost], cost[:horizon]]), lam)
+                                 [fit.loss, *loss[:horizon]], np.concatenate([[fit.cost], cost[:horizon]]), lam,
+                                 check=horizon == n)
         sigma[horizon - 1] = sigmas[0]
     return Exit0Tables(fit.bins, fit.loss, sigma, lam, fit.cost)
 

@@ -16,7 +16,7 @@ const probe = params.has("probe") ? await import("./probe.js") : null;
 const PING_MS = 500, SILENT_MS = 2000, RETRY_MS = 1000, RETRY_MAX_MS = 10_000;
 const edge = window.edge = {
   state: "idle", session: null, error: null, results: 0, lastResult: null, recent: [], misses: 0,
-  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, videoBack: false, picture: null, overlayDrawn: 0, matcher: null, model: null, models: 0, sourceState: null, connectTimer: null, browserRttMs: null,
+  numExits: null, exitCounts: [], lastDetail: null, uplink: null, uplinkApplied: 0, reused: 0, unchanged: 0, videoBack: false, picture: null, overlayDrawn: 0, matcher: null, model: null, models: 0, sourceState: null, connectTimer: null, browserRttMs: null,
   framesDecoded: 0, videoFps: null, pc: null, channel: null,
   lastHeard: 0, silences: 0, reoffering: false, reofferTimer: null, reofferMs: RETRY_MS, liveTimer: null, pingId: 0,
   probe: probe ? probe.newProbe() : null,  // per-frame glass-to-glass records
@@ -287,7 +287,7 @@ function onMessage(channel, data) {
   if (msg.detail) edge.lastDetail = msg;  // every field, once a second (the others are compact)
   edge.recent.push(msg);
   if (edge.recent.length > KEEP) edge.recent.shift();
-  if (msg.reused) edge.reused += 1; else edge.exitCounts[msg.exit - 1] += 1;
+  if (msg.unchanged) edge.unchanged += 1; else if (msg.reused) edge.reused += 1; else edge.exitCounts[msg.exit - 1] += 1;
   if (!msg.deadline_met) edge.misses += 1;
   if (msg.truth) scoreTruth(msg.truth);
   const t = performance.now() / 1000;
@@ -340,15 +340,16 @@ function showResult(m) {
   lastShown = now;
   $("label").textContent = m.smoothed.label;
   $("confidence").textContent = `${(100 * m.smoothed.confidence).toFixed(0)} %`;
-  $("exit").textContent = m.reused ? "none: answer reused (even exit 1 would be late)"
+  $("exit").textContent = m.unchanged ? "0: the last answer (the picture did not change)"
+    : m.reused ? "none: answer reused (even exit 1 would be late)"
     : `${m.exit} of ${edge.numExits} (ran ${m.exits_run}, allowed ${m.horizon})`;
   $("rtt").textContent = `${m.network.rtt_ms.toFixed(1)} ms` + (m.network.rtt_from_prior ? " (prior)" : ` (${m.rtt_source})`);
   $("bitrate").textContent = `${(m.network.bitrate_bps / 1000).toFixed(0)} kbit/s` + (m.network.bitrate_from_prior ? " (prior)" : "");
   $("budget").textContent = `${m.budget.compute_ms.toFixed(0)} ms of ${m.budget.total_ms.toFixed(0)} ms`;
   $("latency").textContent = `${m.latency_ms.toFixed(1)} ms`;
   $("misses").textContent = `${edge.misses} of ${edge.results}`;
-  $("exits-hist").textContent = edge.exitCounts.map((n, i) => `exit ${i + 1}: ${n}`).join(" · ") +
-    ` · reused: ${edge.reused}`;
+  $("exits-hist").textContent = `exit 0: ${edge.unchanged} · ` +
+    edge.exitCounts.map((n, i) => `exit ${i + 1}: ${n}`).join(" · ") + ` · reused: ${edge.reused}`;
 }
 
 async function pollStats() {
@@ -445,6 +446,7 @@ function modelChanged(msg) {
   }
   makeCharts(msg.num_exits);
   edge.reused = 0;
+  edge.unchanged = 0;
   edge.truth = null;  // accuracy starts again for the new model
   refreshStatus();
   if (teach) teach.refresh();
