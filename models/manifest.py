@@ -127,6 +127,11 @@ def read_manifest(folder: Path) -> Manifest:
         raise ModelFolderError(f"{path} does not describe a model folder: {problems}") from exc
 
 
+def trace_spec(path: Path, count: int) -> TraceSpec:
+    """The manifest's entry for a trace file just written beside the model."""
+    return TraceSpec(file=path.name, sha256=sha256_file(path), count=count)
+
+
 def verify_file(folder: Path, relative: str, expected_sha256: str) -> Path:
     """The path of a file the manifest names, after checking that it exists and is unchanged."""
     path = folder / relative

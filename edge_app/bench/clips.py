@@ -16,7 +16,6 @@ second, as the demo camera shows them).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -30,7 +29,7 @@ import numpy as np
 
 from edge_app.bench.codec import ROUNDTRIPS
 from models.folder import CLIPS_CALIBRATION, CLIPS_TEST
-from models.manifest import TraceSpec, read_manifest, write_manifest
+from models.manifest import TraceSpec, read_manifest, trace_spec, write_manifest
 from models.runtime import ModelRuntime
 from models.video import thumbnail
 
@@ -192,8 +191,7 @@ def write_clip_traces(folder: Path, data: Path, calibration: tuple[ClipSpec, ...
                                  "thumb_scale": np.float32(THUMB_SCALE),
                                  "specs": json.dumps([asdict(s) for s in specs] + [{"source": src.name}])}
         np.savez_compressed(path, **stored(arrays), **extra)  # type: ignore[arg-type]
-        written[name] = TraceSpec(file=path.name, sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
-                                  count=len(arrays["labels"]))
+        written[name] = trace_spec(path, len(arrays["labels"]))
         log.info("wrote %s: %d frames, %.1f MB", path, len(arrays["labels"]), path.stat().st_size / 1e6)
     write_manifest(folder, manifest.model_copy(update={"traces": {**manifest.traces, **written}}))
     return written

@@ -15,7 +15,6 @@ whichever frame is newest, so any of them).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -26,7 +25,7 @@ import numpy as np
 from edge_app.bench.codec import vp8_roundtrip
 from edge_app.bench.testvideo import LabelledVideo
 from models.folder import CODEC_SUFFIX
-from models.manifest import TraceSpec, read_manifest, write_manifest
+from models.manifest import TraceSpec, read_manifest, trace_spec, write_manifest
 from models.runtime import ModelRuntime
 
 log = logging.getLogger(__name__)
@@ -73,8 +72,7 @@ def write_codec_traces(folder: Path, data: Path, kbps: float, hold: int = 3, see
         np.savez_compressed(path, probs=probs, labels=labels, class_names=np.asarray(rt.class_names),
                             codec=json.dumps({"codec": "vp8", "kbps": kbps, "hold": hold, "seed": seed,
                                               "height": height, "source": src.name}))
-        sha = hashlib.sha256(path.read_bytes()).hexdigest()
-        written[name] = TraceSpec(file=path.name, sha256=sha, count=len(labels))
+        written[name] = trace_spec(path, len(labels))
         acc = (probs.argmax(-1) == labels[:, None]).mean(axis=0)
         log.info("wrote %s: per-exit accuracy %s", path, " / ".join(f"{a:.4f}" for a in acc))
     write_manifest(folder, manifest.model_copy(update={"traces": {**manifest.traces, **written}}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,31 +115,31 @@ def cmd_bench_smoothing(args: argparse.Namespace) -> int:
     print(bench_smoothing(cfg, load_runtime(cfg), args.video, seconds=args.seconds, hold_s=args.hold))
     return 0
 
-def cmd_codec_traces(args: argparse.Namespace) -> int:
-    from edge_app.bench.codec_traces import write_codec_traces
-
-    folder = model_dir(args)
+def _traces_written(folder: Path, write: Callable[[], dict[str, Any]], then: str) -> int:
+    """Write a model folder's traces; one line on what was written (or on the data that is missing)."""
     try:
-        written = write_codec_traces(folder, args.data, args.kbps, args.hold, height=args.height)
+        written = write()
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {', '.join(s.file for s in written.values())} and listed them in {folder / 'manifest.json'}; "
-          f"refit the policy on them with: edge-app fit-policy --model {folder}")
+          f"{then} with: edge-app fit-policy --model {folder}")
     return 0
+
+
+def cmd_codec_traces(args: argparse.Namespace) -> int:
+    from edge_app.bench.codec_traces import write_codec_traces
+
+    folder = model_dir(args)
+    return _traces_written(folder, lambda: write_codec_traces(folder, args.data, args.kbps, args.hold,
+                                                              height=args.height), "refit the policy on them")
+
 
 def cmd_clip_traces(args: argparse.Namespace) -> int:
     from edge_app.bench.clips import write_clip_traces
 
     folder = model_dir(args)
-    try:
-        written = write_clip_traces(folder, args.data)
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {', '.join(s.file for s in written.values())} and listed them in {folder / 'manifest.json'}; "
-          f"fit exit 0 on them with: edge-app fit-policy --model {folder}")
-    return 0
+    return _traces_written(folder, lambda: write_clip_traces(folder, args.data), "fit exit 0 on them")
 
 
 def cmd_compare_video(args: argparse.Namespace) -> int:
