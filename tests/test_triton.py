@@ -21,6 +21,7 @@ from support.live import DEFAULT_MODEL, REPO, running_app, skip_or_fail
 from edge_app.bench.triton import same as same_answers
 from edge_app.config import AppConfig
 from edge_app.infer_server import kill_process, start_process, wait_ready
+from models.folder import policy_meta
 from models.policies import BudgetGreedy, ConfidenceThreshold, EntropyThreshold, FixedExit, Patience
 from models.policy_store import configured_policy
 from models.policy_wire import decode_policy, encode_policy, policy_key
@@ -196,19 +197,24 @@ async def test_the_app_serves_through_triton_and_goes_on_when_it_is_killed(
         await asyncio.sleep(3.0)
         back = await _status(http, base)
     print(f"app through Triton: up {json.dumps(up[0])}; down {json.dumps(down[0])}; back {json.dumps(back[0])}; "
-          f"demo analysed {up[1]} / {down[1]} / {back[1]}")
-    assert up[0]["kind"] == "triton" and up[0]["state"] == "up" and up[0]["remote"] >= 30 and up[0]["cheap_path"] == 0
-    assert point["where"] == "server" and point["index"] == 0 and 10 <= point["arrival_fps"] <= 20, point
-    assert down[0]["state"] == "down" and down[1] - up[1] >= 30, "3 s without Triton: the camera still analysed"
-    assert down[0]["cheap_path"] >= 30
-    assert back[0]["state"] == "up" and back[0]["remote"] > down[0]["remote"] and back[1] - down[1] >= 30
+          f"demo: the model ran {up[1]} / {down[1]} / {back[1]} frames")
+    # every frame the model ran went to Triton while it was up (one may be on its way), and none took the cheap path
+    assert up[0]["kind"] == "triton" and up[0]["state"] == "up" and up[0]["cheap_path"] == 0
+    assert up[1] - 1 <= up[0]["remote"] <= up[1] and up[1] >= 4, (up, "a picture a second: 4 s, 4 runs at least")
+    # the server counts the frames it is sent: exit 0 answers the others on the box (15 fps, a picture a second)
+    assert point["where"] == "server" and point["index"] == 0 and 0 < point["arrival_fps"] <= 20, point
+    assert down[0]["state"] == "down" and down[1] - up[1] >= 3, "3 s without Triton: the camera still analysed"
+    assert down[0]["cheap_path"] >= down[1] - up[1] - 1, "... each run here, from the cheap path"
+    assert back[0]["state"] == "up" and back[0]["remote"] > down[0]["remote"] and back[1] - down[1] >= 3
 
 
 async def _status(http: aiohttp.ClientSession, base: str) -> tuple[dict[str, Any], int]:
+    """(the runner's status, the demo camera's frames the model ran: exit 0's answers never reach a runner)."""
     async with http.get(base + "/status") as r:
         status: dict[str, Any] = await r.json()
     demo = next(c for c in status["cameras"] if c["name"] == "demo")
-    return status["model"]["runner"], int(demo["frames_analysed"])
+    answers = demo["answers"]
+    return status["model"]["runner"], int(demo["frames_analysed"] - answers["unchanged"] - answers["reused"])
 
 
 @pytest.mark.live
@@ -247,9 +253,9 @@ async def test_triton_down_at_start_is_said_and_frames_run_here_at_the_configure
           f"{back_s:.2f} s after it was ready; back {json.dumps(back[0])}")
     assert len(said) == 1 and server.url in said[0] and "up to exit 2" in said[0]
     assert down[0]["state"] == "down" and down[0]["last_error"].startswith("unavailable")
-    assert down[0]["remote"] == 0 and down[0]["cheap_path"] >= 30 and down[1] >= 30
+    assert down[0]["remote"] == 0 and down[0]["cheap_path"] >= down[1] - 1 and down[1] >= 4, down
     assert runs_down[2] > 0 and runs_down[3] == 0, "the configured point: exits 1 and 2 here, never 3"
-    assert back[0]["state"] == "up" and back[0]["remote"] >= 15 and back_s < 1.5
+    assert back[0]["state"] == "up" and back[0]["remote"] >= 2 and back_s < 1.5
 
 
 async def test_a_server_that_never_answers_is_marked_down_after_a_few_frames_and_not_waited_for_again(
@@ -308,7 +314,9 @@ async def test_the_shared_servers_governor_sees_every_boxs_frames(tmp_path: Path
     backend = load_backend("onnxruntime", DEFAULT_MODEL, ("cpu",), 1, 1)
     a, b = TritonRunner(backend, server.url), TritonRunner(backend, server.url)
     a.client_id, b.client_id = "box-a", "box-b"
-    policy = configured_policy(DEFAULT_MODEL, "auto")
+    # the single-frame choice (a threshold: its points are lower thresholds); what is tested is that the server's
+    # governor sees both boxes, whatever the policy
+    policy = ConfidenceThreshold(float(policy_meta(DEFAULT_MODEL)["default"]["per_frame"]["threshold"]))
     xs = [backend.preprocess(img) for img in _frames(demo_data_dir, 30)]
     seen: list[tuple[float, str, dict[str, Any]]] = []
 

@@ -26,6 +26,7 @@ import pytest
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from support.live import REPO, results_channel
 from support.mqtt import free_port
+from support.pagewatch import watch_of
 
 from edge_app.bench.testvideo import LabelledVideo, write_y4m
 from edge_app.config import AppConfig
@@ -119,6 +120,7 @@ async def test_a_dead_workers_page_offers_again_and_its_whep_session_is_ended(
     try:
         await box.ready()
         async with browser(camera) as page:
+            watch_of(page).allow(r"status of 503 .*/offer\)$")  # an offer while the worker restarts: retried
             await page.goto(f"{box.base}/")
             await page.click("#connect")
             await page.wait_for_function("() => edge.error || edge.results >= 30", timeout=40_000)
