@@ -29,7 +29,8 @@ from edge_app.config import AppConfig
 from edge_app.control_teach import add_teach_routes
 from edge_app.events.live import Relays
 from edge_app.events.query import merge_pages
-from edge_app.forward import CFG_KEY, HTTP_KEY, RELAYS_KEY, STATE_KEY, SUP_KEY, each, forward, json_error
+from edge_app.forward import CFG_KEY, HTTP_KEY, RELAYS_KEY, STATE_KEY, SUP_KEY, each, forward
+from edge_app.offers import json_error
 from edge_app.workers import Supervisor, owner
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,6 @@
 """What the control process of ``serve --workers N`` shares with its route modules: its app keys and the one way it
-passes a request on to a worker (``forward``) or asks every live worker (``each``)."""
+passes a request on to a worker (``forward``) or asks every live worker (``each``); errors are answered as the
+signalling doors answer them (``edge_app.offers.json_error``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from aiohttp import web
 from edge_app.access import client_address
 from edge_app.config import AppConfig
 from edge_app.events.live import Relays
+from edge_app.offers import json_error
 from edge_app.workers import Supervisor
 
 SUP_KEY = web.AppKey("supervisor", Supervisor)
@@ -21,10 +23,6 @@ HTTP_KEY = web.AppKey("http", aiohttp.ClientSession)
 STATE_KEY = web.AppKey("state", dict)
 RELAYS_KEY = web.AppKey("relays", Relays)
 PASS_HEADERS = ("Content-Type", "Location", "ETag", "Retry-After", "Allow", "WWW-Authenticate", "Cache-Control")
-
-
-def json_error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response({"error": reason}, status=status, headers=headers)
 
 
 async def forward(request: web.Request, index: int, body: bytes | None = None, path: str | None = None,

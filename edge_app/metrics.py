@@ -50,7 +50,7 @@ class Metrics:
                                       ["source"], registry=r)
         self.exit_chosen = Counter("edge_exit_chosen", "Frames answered by each exit (0: the last answer, the "
                                    "picture unchanged)", ["exit"], registry=r)
-        self.compute_share = Gauge("edge_compute_share_of_full_depth", "What the analysed frames cost (exit 0's change "
+        self.compute_share = Gauge("edge_compute_share_of_full_depth", "What the answered frames cost (exit 0's change "
                                    "measure included) as a share of full depth on every one of them", ["source"],
                                    registry=r)
         self.segment_runs = Counter("edge_segment_runs", "Segments run", ["segment"], registry=r)

@@ -45,7 +45,7 @@ class FrameResult:
     deadline_met: bool  # latency + expected network time <= total budget
     dropped_stale: int  # frames of this source dropped before analysis, so far
     error: str | None = None  # a later segment failed; the answer comes from the exits before it
-    reused: bool = False  # the answer is the smoothed answer so far (exit 0): no exit ran, or recall chose it
+    reused: bool = False  # no exit ran (exit 0): the smoothed answer so far (even exit 1 would be late, or unchanged)
     unchanged: bool = False  # exit 0 answered: the picture did not change enough since the model last ran
     skipped: str | None = None  # why it was answered unanalysed: "stale" (a newer frame replaced it while busy)
     frame_size: tuple[int, int] = (0, 0)  # (width, height) as decoded: a browser lowers it when bits are short

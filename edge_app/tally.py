@@ -27,7 +27,7 @@ class FrameTally:
         self.deadline_misses = 0
         self.reused = 0
         self.unchanged = 0  # answered at exit 0: the picture did not change enough since the model last ran
-        self.compute_ms = 0.0  # what the analysed frames cost (exit 0's measure included), and what full depth
+        self.compute_ms = 0.0  # what the answered frames cost (exit 0's measure included), and what full depth
         self.full_depth_ms = 0.0  # would have cost them
         self.answered = {"on_time": 0, "late": 0}
         self.skipped = 0  # answered from the smoothed state: replaced by a newer frame while busy
@@ -45,8 +45,9 @@ class FrameTally:
         self.metrics.frames_unanswered.labels(self.metric_source, "no-answer-yet").inc()
 
     def exit0(self) -> dict[str, Any]:
-        """Exit 0's share of the frames the model could have analysed, and what they cost of full depth."""
-        n = self.analysed
+        """Exit 0's share of every frame answered, and what the answers cost as a share of full depth on every one of
+        them (a frame skipped as stale, or reused because even exit 1 would be late, cost nothing)."""
+        n = sum(self.answered.values())
         return {"frames": self.unchanged, "share": round(self.unchanged / n, 4) if n else None,
                 "compute_share_of_full_depth": round(self.compute_ms / self.full_depth_ms, 4)
                 if self.full_depth_ms else None}
@@ -93,6 +94,9 @@ class FrameTally:
         self.answered[timing] += 1
         how = "skipped" if r.skipped else "exit0" if r.unchanged else "reused" if r.reused else "model"
         m.frames_answered.labels(src, timing, how).inc()
+        self.compute_ms += r.actual_ms  # 0 for a frame skipped or reused late
+        self.full_depth_ms += self.full_ms()
+        m.compute_share.labels(src).set(self.compute_ms / max(self.full_depth_ms, 1e-9))
         if r.skipped is not None:
             self.skipped += 1
             self.score(r)
@@ -109,10 +113,6 @@ class FrameTally:
             m.answers_reused.labels(src).inc()
         else:
             m.exit_chosen.labels(str(r.exit)).inc()
-        if not r.reused or r.unchanged or r.exits_run:  # late reuses cost nothing, and saved nothing either
-            self.compute_ms += r.actual_ms
-            self.full_depth_ms += self.full_ms()
-            m.compute_share.labels(src).set(self.compute_ms / max(self.full_depth_ms, 1e-9))
         for k, ms in enumerate(r.segments_ms):
             m.segment_runs.labels(str(k + 1)).inc()
             m.segment_seconds.labels(str(k + 1)).observe(ms / 1e3)

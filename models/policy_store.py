@@ -153,7 +153,7 @@ def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_acc
         default = {"kind": "dynamic-index", "why": (
             f"fitted on video with exit 0: on the calibration clips {100 * video['accuracy']:.2f} % (full depth on "
             f"every frame {100 * video['full_depth_accuracy']:.2f} %) at {video['cost']:.3f} of full depth, a change "
-            f"noticed within {video['notice_frames_p95']:.0f} frames at p95; a per-frame rule cannot skip a frame "
+            f"noticed within {video['notice_frames_p95'] or 0:.0f} frames at p95; a per-frame rule cannot skip a frame "
             "(edge-app compare-video compares them on held-out clips)"), "per_frame": default}
     seconds = time.perf_counter() - t0
     info = {"lam": lam, "min_exit": policy.min_exit, "loss_kind": chain.loss_kind, "calibration_traces": cal_name,

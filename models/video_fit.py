@@ -4,9 +4,7 @@
 calibration clips (``models.video``), and the (lam, hold) of the cheapest index whose accuracy on those clips, every
 frame counted against the label of its moment, is within ``within`` of full depth on every frame (both smoothed as
 served), and whose time to notice a change on the static clips (the changes full depth notices there) is at most
-``NOTICE_FRAMES`` at p95.
-Exit 0's cost is measured here: a thumbnail of an input of the model's size, its change against another, and the
-decision.
+``NOTICE_FRAMES`` at p95. Exit 0's cost is measured here as the serve path pays it (``exit0_cost``).
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from models.folder import CLIPS_CALIBRATION, load_clips
 from models.manifest import Manifest
 from models.policies import FixedExit, run_on_trace
 from models.smoothing import TemporalSmoother
-from models.video import SINCE_EDGES, Exit0Bins, change, explore, fit_exit0, thumbnail
+from models.video import CHANGE_QUANTILES, SINCE_EDGES, Exit0Bins, Exit0Tables, change, explore, fit_exit0, thumbnail
 from models.video_replay import notice, replay_index, replay_per_frame
 
 ALPHA, HYSTERESIS = 0.5, 0.1  # [smoothing] as shipped: what the fit replays
@@ -38,20 +36,31 @@ def smoother_for(manifest: Manifest, alpha: float = ALPHA, hysteresis: float = H
     return lambda: TemporalSmoother(reliability, alpha, hysteresis)
 
 
-def exit0_cost_ms(manifest: Manifest, runs: int = 2000) -> float:
-    """Median time of exit 0 on this machine: thumbnail, change, decision (a table look-up)."""
+def exit0_cost(folder: Path, tables: Exit0Tables | None = None, frames: int = 1000) -> tuple[float, float]:
+    """Median ms of exit 0 (thumbnail, change, the index's decision) and of exit 1, as the serve path runs them: on
+    the model inputs of 640x480 frames, segment 1 running between (it evicts what exit 0 read, as live frames do).
+    ``tables``: the model's exit 0 (a stand-in of its size when it has none yet, while it is being fitted). What
+    ``fit-policy`` counts as exit 0's cost, and what ``edge-app bench-policy`` prints."""
+    from models.runtime import ModelRuntime
+
+    rt = ModelRuntime.load(folder, providers=("cpu",), threads=1, warmup=3)
+    if tables is None:
+        bins = Exit0Bins(np.linspace(0, 1, len(CHANGE_QUANTILES)), np.asarray(SINCE_EDGES, float),
+                         np.array([0.5, 0.8]))
+        tables = Exit0Tables(bins, np.full(bins.count, 0.1), np.full((rt.num_exits, bins.count), 0.05), 0.9, 0.0)
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(1, 3, manifest.input.height, manifest.input.width)).astype(np.float32)
-    ref = thumbnail(x) + 0.01
-    bins = Exit0Bins(np.linspace(0, 1, 8), np.asarray(SINCE_EDGES, float), np.array([0.5, 0.8]))
-    loss, sigma = np.full(bins.count, 0.1), np.full(bins.count, 0.05)
-    times = []
-    for i in range(runs):
+    xs = [rt.preprocess(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)) for _ in range(16)]
+    ref = thumbnail(xs[0])
+    stage, seg1 = [], []
+    for i in range(frames):
+        x = xs[i % len(xs)]
         t0 = time.perf_counter()
-        s = bins.state(change(thumbnail(x), ref), i % 40 + 1, 0.8)
-        bool(0.9 * float(loss[s]) <= float(sigma[s]))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times) * 1e3)
+        tables.decide(rt.num_exits, change(thumbnail(x), ref), i % 40 + 1, 0.8)
+        t1 = time.perf_counter()
+        rt.start(x).advance()
+        stage.append(t1 - t0)
+        seg1.append(time.perf_counter() - t1)
+    return float(np.median(stage) * 1e3), float(np.median(seg1) * 1e3)
 
 
 def fit_on_video(folder: Path, manifest: Manifest, chain: FittedChain, lam: float, min_exit: int = 1,
@@ -70,7 +79,7 @@ def fit_on_video(folder: Path, manifest: Manifest, chain: FittedChain, lam: floa
 
     exit1 = states_of(clips.probs, chain.bin_edges, chain.agreement, chain.statistic)[:, 0]
     samples = explore(clips, answer, exit1, smoother)
-    cost0_ms = exit0_cost_ms(manifest)
+    cost0_ms = exit0_cost(folder)[0]
     fit0 = fit_exit0(samples, chain.loss.shape[1], cost0_ms / float(sum(manifest.costs_ms)))
     full = replay_per_frame(FixedExit(n), clips, chain.cost, smoother)
     # the changes full depth itself notices, on the static clips (states held 5 s or more)

@@ -255,7 +255,10 @@ async def test_triton_down_at_start_is_said_and_frames_run_here_at_the_configure
     assert down[0]["state"] == "down" and down[0]["last_error"].startswith("unavailable")
     assert down[0]["remote"] == 0 and down[0]["cheap_path"] >= down[1] - 1 and down[1] >= 4, down
     assert runs_down[2] > 0 and runs_down[3] == 0, "the configured point: exits 1 and 2 here, never 3"
-    assert back[0]["state"] == "up" and back[0]["remote"] >= 2 and back_s < 1.5
+    # every frame the model ran was answered by Triton or, while it was down, here (one may be on its way); exit 0
+    # answers the rest on the box, so 2 s of a picture a second put at least 2 through Triton (30 frames before it)
+    assert back[0]["state"] == "up" and back_s < 1.5
+    assert back[1] - 1 <= back[0]["remote"] + back[0]["cheap_path"] <= back[1] and back[0]["remote"] >= 2, back
 
 
 async def test_a_server_that_never_answers_is_marked_down_after_a_few_frames_and_not_waited_for_again(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ import cv2
 import numpy as np
 
 from edge_app.bench.codec import ROUNDTRIPS
+from edge_app.bench.codec_traces import demo_split
 from models.folder import CLIPS_CALIBRATION, CLIPS_TEST
 from models.manifest import TraceSpec, read_manifest, trace_spec, write_manifest
 from models.runtime import ModelRuntime
@@ -141,9 +143,15 @@ def clip_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, specs:
     probs, labs, thumbs, clip = [], [], [], []
     t0 = time.perf_counter()
     for c, spec in enumerate(specs):
-        rendered = list(render(images, labels, spec))
-        coded = ROUNDTRIPS[spec.codec]((f for f, _ in rendered), spec.kbps, int(spec.fps))
-        for (_, label), rgb in zip(rendered, coded, strict=True):
+        pending: deque[int] = deque()  # the labels of the frames the codec has taken and not yet given back
+
+        def frames(spec: ClipSpec = spec, pending: deque[int] = pending) -> Iterator[np.ndarray]:
+            for rgb, label in render(images, labels, spec):
+                pending.append(label)
+                yield rgb
+
+        for rgb in ROUNDTRIPS[spec.codec](frames(), spec.kbps, int(spec.fps)):  # one frame back per frame, in order
+            label = pending.popleft()
             x = rt.preprocess(rgb)
             run = rt.start(x)
             out = np.empty((rt.num_exits, len(rt.class_names)), np.float32)
@@ -176,12 +184,7 @@ def write_clip_traces(folder: Path, data: Path, calibration: tuple[ClipSpec, ...
     manifest = read_manifest(folder)
     written: dict[str, TraceSpec] = {}
     for name, split, specs in ((CLIPS_CALIBRATION, "calibration", calibration), (CLIPS_TEST, "test", test)):
-        src = data / f"{split}.npz"
-        if not src.is_file():
-            raise FileNotFoundError(f"{src} is missing: build the demo data with 'python -m exporter data --out "
-                                    f"{data}'")
-        with np.load(src) as z:
-            images, labels = z["images"], z["labels"]
+        src, images, labels, _ = demo_split(data, split)
         arrays = clip_traces(rt, images, labels, specs)
         path = folder / f"traces_{name}.npz"
         fps = {s.fps for s in specs}

@@ -52,6 +52,16 @@ def codec_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, kbps:
     return probs
 
 
+def demo_split(data: Path, split: str) -> tuple[Path, np.ndarray, np.ndarray, list[str]]:
+    """(file, images, labels, class names) of a demo data split (``python -m exporter data``), or
+    ``FileNotFoundError`` saying how to build it."""
+    src = data / f"{split}.npz"
+    if not src.is_file():
+        raise FileNotFoundError(f"{src} is missing: build the demo data with 'python -m exporter data --out {data}'")
+    with np.load(src) as z:
+        return src, z["images"], z["labels"], [str(c) for c in z["class_names"]]
+
+
 def write_codec_traces(folder: Path, data: Path, kbps: float, hold: int = 3, seed: int = 0,
                        splits: tuple[str, ...] = ("calibration", "test"), height: int = 480) -> dict[str, TraceSpec]:
     """Write ``traces_<split>-vp8.npz`` beside the model for each split and list them in its manifest."""
@@ -59,12 +69,7 @@ def write_codec_traces(folder: Path, data: Path, kbps: float, hold: int = 3, see
     manifest = read_manifest(folder)
     written: dict[str, TraceSpec] = {}
     for split in splits:
-        src = data / f"{split}.npz"
-        if not src.is_file():
-            raise FileNotFoundError(f"{src} is missing: build the demo data with 'python -m exporter data "
-                                    f"--out {data}'")
-        with np.load(src) as z:
-            images, labels = z["images"], z["labels"]
+        src, images, labels, _ = demo_split(data, split)
         log.info("%s: %d images through VP8 at %g kbps, %dp, %d frames each", split, len(images), kbps, height, hold)
         probs = codec_traces(rt, images, labels, kbps, hold, seed, height=height)
         name = split + CODEC_SUFFIX

@@ -81,40 +81,25 @@ def bench_policy(folder: Path, frames: int = 2000) -> str:
             exits += ran
         lines.append(f"{pol.name:<16}{statistics.median(per_frame):>10.2f}{np.percentile(per_frame, 95):>9.2f}"
                      f"{exits / len(probs):>11.2f}")
-    lines.append(exit0_cost(folder, min(frames, 1000)))
+    lines.append(exit0_line(folder, min(frames, 1000)))
     lines.append(governor_cost(folder, manifest.costs_ms))
     seg = ", ".join(f"{e.name} {e.cpu_cost.median_ms * 1e3:.0f} us" for e in manifest.exits)
     lines.append(f"segment cost for comparison (manifest, CPU median): {seg}")
     return "\n".join(lines)
 
 
-def exit0_cost(folder: Path, frames: int = 1000) -> str:
-    """Exit 0 as the serve path runs it (the thumbnail of the model's input, its change, the index's decision)
-    against exit 1 (segment 1 on the same inputs, in this process), medians over ``frames`` 640x480 frames."""
+def exit0_line(folder: Path, frames: int = 1000) -> str:
+    """Exit 0 against exit 1, measured as the serve path runs them (``models.video_fit.exit0_cost``)."""
+    from models.manifest import read_manifest
     from models.policy_store import load_policy
-    from models.runtime import ModelRuntime
-    from models.video import change, thumbnail
+    from models.video_fit import exit0_cost
 
-    rt = ModelRuntime.load(folder, providers=("cpu",), threads=1, warmup=3)
-    tables = load_policy(folder, rt.num_exits).exit0
+    tables = load_policy(folder, len(read_manifest(folder).exits)).exit0
     if tables is None:
         return "exit 0: the model's policy.json has none (edge-app clip-traces, then edge-app fit-policy)"
-    rng = np.random.default_rng(0)
-    xs = [rt.preprocess(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)) for _ in range(16)]
-    ref = thumbnail(xs[0])
-    stage, seg1 = [], []
-    for i in range(frames):
-        x = xs[i % len(xs)]
-        t0 = time.perf_counter_ns()
-        tables.decide(rt.num_exits, change(thumbnail(x), ref), i % 40 + 1, 0.8)
-        t1 = time.perf_counter_ns()
-        rt.start(x).advance()
-        t2 = time.perf_counter_ns()
-        stage.append((t1 - t0) / 1e3)
-        seg1.append((t2 - t1) / 1e3)
-    e0, e1 = statistics.median(stage), statistics.median(seg1)
-    return (f"exit 0 (thumbnail, change, decision) per frame: median {e0:.1f} us, p95 {np.percentile(stage, 95):.1f} "
-            f"us; exit 1 on the same frames: {e1:.0f} us; exit 0 = {100 * e0 / e1:.1f} % of exit 1")
+    e0, e1 = exit0_cost(folder, tables, frames)
+    return (f"exit 0 (thumbnail, change, decision) per frame: median {1e3 * e0:.1f} us; exit 1 on the same frames: "
+            f"{1e3 * e1:.0f} us; exit 0 = {100 * e0 / e1:.1f} % of exit 1")
 
 
 def governor_cost(folder: Path, costs_ms: list[float], frames: int = 3000, fps: float = 30.0) -> str:

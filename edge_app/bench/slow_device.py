@@ -21,6 +21,7 @@ import av
 import numpy as np
 
 from edge_app.bench.clips import ClipSpec, render
+from edge_app.bench.codec_traces import demo_split
 from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig, ModelConfig, PolicyConfig
 from edge_app.decide import PipelineSettings
@@ -87,8 +88,7 @@ async def _one(model: Path, policy_cfg: PolicyConfig, frames: list[np.ndarray], 
 
 def bench_slow_device(model: Path, data: Path, seconds: float = 120.0, fps: float = 30.0,
                       segment_ms: tuple[float, ...] = (25.0, 25.0, 25.0), seed: int = 7) -> str:
-    with np.load(data / "test.npz") as z:
-        images, labels, classes = z["images"], z["labels"], [str(c) for c in z["class_names"]]
+    _, images, labels, classes = demo_split(data, "test")
     spec = ClipSpec(seconds, (10.0, 120.0), fps=fps, width=640, height=480, seed=seed)
     rendered = list(render(images, labels, spec))
     frames, names = [f for f, _ in rendered], [classes[label] for _, label in rendered]

@@ -32,7 +32,7 @@ import numpy as np
 
 from models.compare import Family, compare, front, levels_below
 from models.evaluate import DEFAULT_THRESHOLDS
-from models.fit import LAM_GRID, build_policy, fit_chain
+from models.fit import LAM_GRID, FittedChain, build_policy, fit_chain
 from models.folder import CLIPS_TEST, load_clips, load_traces, policy_meta
 from models.manifest import read_manifest
 from models.policies import ConfidenceThreshold, FixedExit
@@ -71,9 +71,8 @@ def _blocks(clips: Clips) -> np.ndarray:
     return out
 
 
-def replay_all(clips: Clips, index_fits: tuple[Any, float], costs: np.ndarray, gates: np.ndarray,
+def replay_all(clips: Clips, chain: FittedChain, costs: np.ndarray, gates: np.ndarray,
                smoother: Callable[[], Any], measure_cost: float) -> dict[str, list[Point]]:
-    chain, _ = index_fits
     n = clips.probs.shape[1]
     out: dict[str, list[Point]] = {"index with exit 0": [], "threshold, every frame": [],
                                    "motion gate + threshold": [], "refresh + threshold": []}
@@ -154,7 +153,7 @@ def compare_video(folder: Path, out: Path, resamples: int = 1000) -> dict[str, A
         if not keep:
             continue
         sub = _subset(clips, np.asarray(keep))
-        points = replay_all(sub, (video_chain, lam), video_chain.cost, gates, smoother, exit0.cost)
+        points = replay_all(sub, video_chain, video_chain.cost, gates, smoother, exit0.cost)
         full = points["full depth, every frame"][0].run
         levels = levels_below(full.accuracy)
         fams = {name: _family(name, pts) for name, pts in points.items() if name != "full depth, every frame"}
