@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 class FrameTally:
     def __init__(self, source: str, metric_source: str, metrics: Metrics, slot: LatestSlot[SourceFrame],
-                 full_ms: Callable[[], float] = lambda: 1.0) -> None:
+                 full_ms: Callable[[], float]) -> None:
         self.source = source
         self.full_ms = full_ms  # what full depth costs a frame now (the segments' medians): compute saved
         self.metric_source = metric_source

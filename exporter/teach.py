@@ -51,7 +51,7 @@ from exporter.vgg import ThreeExitVGG
 from exporter.widen import widen_model
 from models.fit import LAM_GRID, FittedChain, build_policy, fit_chain, replay_index
 from models.folder import load_traces
-from models.manifest import TraceSpec, read_manifest, sha256_file, write_manifest
+from models.manifest import list_traces, read_manifest, trace_spec
 from models.policies import DynamicIndex, run_on_trace
 from models.policy_store import fit_policy, load_policy
 from models.preprocess import crop_resize
@@ -219,12 +219,10 @@ def policy_points(chain: FittedChain, floor: int, probs: np.ndarray, labels: np.
 
 def write_check_traces(out: Path, check: SceneFrames, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Check traces as ONNX Runtime computes them, saved beside the others and listed in the manifest."""
-    manifest = read_manifest(out)
-    probs, labels = traces(cpu_sessions([out / e.file for e in manifest.exits]), check)
+    probs, labels = traces(cpu_sessions([out / e.file for e in read_manifest(out).exits]), check)
     path = out / "traces_check.npz"
     np.savez_compressed(path, probs=probs, labels=labels, class_names=np.array(names))
-    spec = TraceSpec(file=path.name, sha256=sha256_file(path), count=len(labels))
-    write_manifest(out, manifest.model_copy(update={"traces": {**manifest.traces, "check": spec}}))
+    list_traces(out, {"check": trace_spec(path, len(labels))})
     return probs, labels
 
 

@@ -94,20 +94,13 @@ def _indices_of(xs: np.ndarray, g: np.ndarray) -> np.ndarray:
     return out
 
 
-def _interp_at(points: np.ndarray, xs: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``np.interp(points[i], xs, values[i])`` for every row i at once."""
+def _interp(points: np.ndarray, xs: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.interp(points, xs, values[i])`` for every row i of ``values`` at once: ``points`` (K,) shared by every
+    row gives (rows, K); ``points`` (rows, 1), a point per row, gives (rows, 1). Points within [xs[0], xs[-1]]."""
     j = np.clip(np.searchsorted(xs, points, side="right") - 1, 0, len(xs) - 2)
     w = (points - xs[j]) / (xs[j + 1] - xs[j])
-    rows = np.arange(len(points))
+    rows = np.arange(values.shape[0])[:, None]
     out: np.ndarray = values[rows, j] * (1 - w) + values[rows, j + 1] * w
-    return out
-
-
-def _interp_rows(new_xs: np.ndarray, xs: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``np.interp(new_xs, xs, row)`` for every row of ``values`` at once (``new_xs`` within [xs[0], xs[-1]])."""
-    j = np.clip(np.searchsorted(xs, new_xs, side="right") - 1, 0, len(xs) - 2)
-    w = (new_xs - xs[j]) / (xs[j + 1] - xs[j])
-    out: np.ndarray = values[:, j] * (1 - w) + values[:, j + 1] * w
     return out
 
 
@@ -150,13 +143,13 @@ def _backward(p_first: np.ndarray, transitions: list[np.ndarray], loss: list[np.
         P, r_next = transitions[k], R[k + 1]
         # C_k on the grid: V_{k+1}(min(X, r), s') for every s': V_{k+1} itself up to r, its value at r beyond (r is a
         # grid point, so this is exact)
-        at_r = _interp_at(r_next, xs, values)
-        inner = np.where(xs[None, :] <= r_next[:, None], values, at_r[:, None])
+        at_r = _interp(r_next[:, None], xs, values)
+        inner = np.where(xs[None, :] <= r_next[:, None], values, at_r)
         cont = (1 - lam) * cost[k + 1] + P @ inner  # (states of k, len(xs)), linear between grid points
         sigma[k] = _indices_of(xs, xs[None, :] - cont)
         new_xs = np.unique(np.concatenate([xs, sigma[k][np.isfinite(sigma[k])]]))
-        xs, values = new_xs, np.minimum(new_xs, _interp_rows(new_xs, xs, cont))
-    start = _interp_at(R[0], xs, values)
+        xs, values = new_xs, np.minimum(new_xs, _interp(new_xs, xs, cont))
+    start = _interp(R[0][:, None], xs, values)[:, 0]
     return sigma, float((1 - lam) * cost[0] + p_first @ start)
 
 

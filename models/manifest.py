@@ -132,6 +132,12 @@ def trace_spec(path: Path, count: int) -> TraceSpec:
     return TraceSpec(file=path.name, sha256=sha256_file(path), count=count)
 
 
+def list_traces(folder: Path, written: dict[str, TraceSpec]) -> Path:
+    """Add (or replace) trace entries in the model folder's manifest, once their files are written beside it."""
+    manifest = read_manifest(folder)
+    return write_manifest(folder, manifest.model_copy(update={"traces": {**manifest.traces, **written}}))
+
+
 def verify_file(folder: Path, relative: str, expected_sha256: str) -> Path:
     """The path of a file the manifest names, after checking that it exists and is unchanged."""
     path = folder / relative

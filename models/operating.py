@@ -57,7 +57,7 @@ def operating_points(folder: Path, policy: ExitPolicy, count: int = 8, costs_ms:
     chain = fit_chain(probs, labels, costs_ms or manifest.costs_ms, bins=int(meta.get("bins", 8)),
                       loss_kind=str(meta["loss_kind"]), statistic=str(meta.get("statistic", "confidence")),
                       isotonic=bool(meta.get("isotonic", False)))
-    chain = replace(chain, exit0=stored_exit0(folder))  # exit 0 at every point, when fitted on video
+    chain = replace(chain, exit0=stored_exit0(meta))  # exit 0 at every point, when fitted on video
     if costs_ms is not None:
         policy = build_policy(chain, policy.lam, policy.min_exit)
     acc, cost = replay_index(policy, probs, labels, chain.cost)

@@ -110,10 +110,15 @@ def load_policy(folder: Path, n_exits: int, calibration_sha256: str | None = Non
                         min_exit=int(d.get("min_exit", 1)), statistic=statistic, exit0=exit0)
 
 
-def stored_exit0(folder: Path) -> Exit0Fit | None:
-    """Exit 0's fit as ``policy.json`` keeps it (None: fitted without video), to re-solve at another lam."""
-    d = json.loads((folder / POLICY_FILE).read_text())
-    return None if d.get("exit0") is None else exit0_from_json(d["exit0"], float(d["lam"]))[0]
+def stored_exit0(meta: dict[str, Any]) -> Exit0Fit | None:
+    """Exit 0's fit as ``policy.json`` keeps it (``models.folder.policy_meta``'s header; None: fitted without
+    video), to re-solve at another lam."""
+    if meta.get("exit0") is None:
+        return None
+    try:
+        return exit0_from_json(meta["exit0"], float(meta["lam"]))[0]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyError(f"policy.json's exit 0 is not valid ({exc}); refit with 'edge-app fit-policy'") from exc
 
 
 def fit_policy(folder: Path, bins: int = 8, lam: float | None = None, target_accuracy: float | None = None,
@@ -217,7 +222,7 @@ def configured_policy(folder: Path, kind: str, lam: float | None = None, target_
         return load_policy(folder, n, manifest.traces[cal_name].sha256)
     probs, labels = load_traces(folder, manifest, cal_name)
     chain = replace(fit_chain(probs, labels, manifest.costs_ms, loss_kind=str(meta["loss_kind"])),
-                    exit0=stored_exit0(folder))
+                    exit0=stored_exit0(meta))
     floor = int(meta.get("min_exit", 1))
     lam = lam if lam is not None else lam_for_target(chain, probs, labels, target_accuracy or 1.0, floor)[0]
     return build_policy(chain, lam, floor)

@@ -49,8 +49,8 @@ class VideoRun:
         return float((self.exit == 0).mean())
 
 
-Decide = Callable[[int, float, int, Smoothed], bool]
-# (frame, change since the last analysed frame, frames since, smoothed answer) -> run the model?
+Decide = Callable[[float, int, Smoothed], bool]
+# (change since the last analysed frame, frames since, smoothed answer) -> run the model?
 
 
 def _replay(clips: Clips, policy: ExitPolicy, costs: np.ndarray, smoother: Callable[[], TemporalSmoother],
@@ -64,7 +64,7 @@ def _replay(clips: Clips, policy: ExitPolicy, costs: np.ndarray, smoother: Calla
         sm, smoothed, ref, last_run = smoother(), None, None, start
         for t in range(start, end):
             moved = 0.0 if ref is None else change(clips.thumbs[t], ref)
-            if smoothed is None or decide(t, moved, t - last_run, smoothed):
+            if smoothed is None or decide(moved, t - last_run, smoothed):
                 ran, choice = run_on_trace(policy, clips.probs[t], n)
                 cost[t] += cum[ran]
                 ref, last_run = clips.thumbs[t], t
@@ -82,7 +82,7 @@ def replay_index(policy: DynamicIndex, clips: Clips, costs: np.ndarray,
         return replay_per_frame(policy, clips, costs, smoother)
     horizon = clips.probs.shape[1]
 
-    def decide(t: int, moved: float, since: int, sm: Smoothed) -> bool:
+    def decide(moved: float, since: int, sm: Smoothed) -> bool:
         assert tables is not None
         return not tables.decide(horizon, moved, since, sm.confidence)
 
@@ -91,17 +91,17 @@ def replay_index(policy: DynamicIndex, clips: Clips, costs: np.ndarray,
 
 def replay_per_frame(policy: ExitPolicy, clips: Clips, costs: np.ndarray,
                      smoother: Callable[[], TemporalSmoother]) -> VideoRun:
-    return _replay(clips, policy, costs, smoother, lambda t, moved, since, sm: True, 0.0)
+    return _replay(clips, policy, costs, smoother, lambda moved, since, sm: True, 0.0)
 
 
 def replay_gated(policy: ExitPolicy, clips: Clips, costs: np.ndarray, smoother: Callable[[], TemporalSmoother],
                  gate: float, measure_cost: float) -> VideoRun:
-    return _replay(clips, policy, costs, smoother, lambda t, moved, since, sm: moved > gate, measure_cost)
+    return _replay(clips, policy, costs, smoother, lambda moved, since, sm: moved > gate, measure_cost)
 
 
 def replay_refresh(policy: ExitPolicy, clips: Clips, costs: np.ndarray, smoother: Callable[[], TemporalSmoother],
                    every: int) -> VideoRun:
-    return _replay(clips, policy, costs, smoother, lambda t, moved, since, sm: since >= every, 0.0)
+    return _replay(clips, policy, costs, smoother, lambda moved, since, sm: since >= every, 0.0)
 
 
 def notice(clips: Clips, served: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,7 +1,7 @@
 """Exit 0 (the last answer, when the picture did not change), pure: the chain with exit 0 in front solved exactly
-(against brute force over every adaptive policy, exit 0 with a state space of its own), recall of the last answer,
-the fit on labelled video under an exploring behaviour, and the replay that counts every frame against the label of
-its moment."""
+(against brute force over every adaptive policy, exit 0 with a state space of its own), the fit on labelled video
+under an exploring behaviour, never holding past ``MAX_SINCE``, and the replay that counts every frame against the
+label of its moment."""
 
 from __future__ import annotations
 

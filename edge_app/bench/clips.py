@@ -31,7 +31,7 @@ import numpy as np
 from edge_app.bench.codec import ROUNDTRIPS
 from edge_app.bench.codec_traces import demo_split
 from models.folder import CLIPS_CALIBRATION, CLIPS_TEST
-from models.manifest import TraceSpec, read_manifest, trace_spec, write_manifest
+from models.manifest import TraceSpec, list_traces, trace_spec
 from models.runtime import ModelRuntime
 from models.video import thumbnail
 
@@ -181,7 +181,6 @@ def write_clip_traces(folder: Path, data: Path, calibration: tuple[ClipSpec, ...
     """``traces_clips-calibration.npz`` and ``traces_clips-test.npz`` beside the model, from the demo data's
     calibration and test images, listed in its manifest."""
     rt = ModelRuntime.load(folder, providers=("cpu",), threads=0, warmup=1)
-    manifest = read_manifest(folder)
     written: dict[str, TraceSpec] = {}
     for name, split, specs in ((CLIPS_CALIBRATION, "calibration", calibration), (CLIPS_TEST, "test", test)):
         src, images, labels, _ = demo_split(data, split)
@@ -196,5 +195,5 @@ def write_clip_traces(folder: Path, data: Path, calibration: tuple[ClipSpec, ...
         np.savez_compressed(path, **stored(arrays), **extra)  # type: ignore[arg-type]
         written[name] = trace_spec(path, len(arrays["labels"]))
         log.info("wrote %s: %d frames, %.1f MB", path, len(arrays["labels"]), path.stat().st_size / 1e6)
-    write_manifest(folder, manifest.model_copy(update={"traces": {**manifest.traces, **written}}))
+    list_traces(folder, written)
     return written

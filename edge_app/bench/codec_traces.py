@@ -25,7 +25,7 @@ import numpy as np
 from edge_app.bench.codec import vp8_roundtrip
 from edge_app.bench.testvideo import LabelledVideo
 from models.folder import CODEC_SUFFIX
-from models.manifest import TraceSpec, read_manifest, trace_spec, write_manifest
+from models.manifest import TraceSpec, list_traces, trace_spec
 from models.runtime import ModelRuntime
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,6 @@ def write_codec_traces(folder: Path, data: Path, kbps: float, hold: int = 3, see
                        splits: tuple[str, ...] = ("calibration", "test"), height: int = 480) -> dict[str, TraceSpec]:
     """Write ``traces_<split>-vp8.npz`` beside the model for each split and list them in its manifest."""
     rt = ModelRuntime.load(folder, providers=("cpu",), threads=0, warmup=1)
-    manifest = read_manifest(folder)
     written: dict[str, TraceSpec] = {}
     for split in splits:
         src, images, labels, _ = demo_split(data, split)
@@ -80,5 +79,5 @@ def write_codec_traces(folder: Path, data: Path, kbps: float, hold: int = 3, see
         written[name] = trace_spec(path, len(labels))
         acc = (probs.argmax(-1) == labels[:, None]).mean(axis=0)
         log.info("wrote %s: per-exit accuracy %s", path, " / ".join(f"{a:.4f}" for a in acc))
-    write_manifest(folder, manifest.model_copy(update={"traces": {**manifest.traces, **written}}))
+    list_traces(folder, written)
     return written

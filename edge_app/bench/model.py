@@ -127,7 +127,7 @@ def governor_cost(folder: Path, costs_ms: list[float], frames: int = 3000, fps: 
     manifest = read_manifest(folder)
     meta = policy_meta(folder)
     probs, labels = load_traces(folder, manifest, str(meta["calibration_traces"]))
-    chain = replace(fit_chain(probs, labels, costs_ms, loss_kind=str(meta["loss_kind"])), exit0=stored_exit0(folder))
+    chain = replace(fit_chain(probs, labels, costs_ms, loss_kind=str(meta["loss_kind"])), exit0=stored_exit0(meta))
     solves = []
     for _ in range(30):
         t0 = time.perf_counter_ns()

@@ -5,8 +5,8 @@ The camera plays a labelled clip rendered as ``edge_app.bench.clips`` renders th
 noise, light drift, passers-by; the demo data's test images), decoded frames straight into the real analysis
 pipeline: DECIDE, the scheduler, the inference service, smoothing. For each policy: every frame that arrived, how
 many were answered on time, and the accuracy of the answers (smoothed, as served) against the label of the moment
-each frame was taken; apart, the accuracy of the frames the model itself answered (not skipped as stale). One
-run, the same frames for every policy.
+each frame was taken, over every frame that arrived (one left unanswered counts as wrong); apart, the accuracy of
+the frames the model itself answered (not skipped as stale). One run, the same frames for every policy.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ async def _one(model: Path, policy_cfg: PolicyConfig, frames: list[np.ndarray], 
     return {"policy": policy.name, "arrived": counts["arrived"], "answered": len(results),
             "on_time": sum(r.deadline_met for r in results), "skipped": counts["skipped"],
             "unanswered": sum(counts["unanswered"].values()),
-            "accuracy": float(np.mean([bool(r.smoothed_correct) for r in results])) if results else float("nan"),
+            # every frame that arrived in the denominator: one left unanswered counts as wrong
+            "accuracy": sum(bool(r.smoothed_correct) for r in results) / max(1, counts["arrived"]),
             "accuracy_analysed": float(np.mean([bool(r.smoothed_correct) for r in analysed])) if analysed
             else float("nan"),
             "exit0": pipe.tally.exit0(), "mean_exits_run": float(np.mean([r.exits_run for r in analysed]))}

@@ -124,7 +124,7 @@ def compare_video(folder: Path, out: Path, resamples: int = 1000) -> dict[str, A
     manifest = read_manifest(folder)
     meta = policy_meta(folder)
     cal, cal_labels = load_traces(folder, manifest, str(meta["calibration_traces"]))
-    exit0 = stored_exit0(folder)
+    exit0 = stored_exit0(meta)
     fitted = meta.get("video")
     if exit0 is None or not isinstance(fitted, dict):
         raise ValueError(f"{folder / 'policy.json'} has no exit 0: make clips (edge-app clip-traces) and fit it "
@@ -143,16 +143,13 @@ def compare_video(folder: Path, out: Path, resamples: int = 1000) -> dict[str, A
              f"depth); exit 0 costs {fitted['exit0_cost_ms']:.3f} ms = {100 * fitted['exit0_cost']:.2f} % of full "
              f"depth. Test clips: held-out images and seeds, VP8 and H.264. Difference = index cost - other cost (full "
              f"depth = 1), 95 % block-bootstrap interval ({resamples} resamples of {BLOCK_S:.0f} s blocks).", ""]
-    kinds: dict[str, list[int]] = {"static (states held 10-120 s)": [], "busy (a new picture every second)": []}
-    for c in np.unique(clips.clip):
-        labels = clips.labels[clips.clip == c]
-        mean_run = len(labels) / max(1, int(np.count_nonzero(np.diff(labels))) + 1)
-        kinds["static (states held 10-120 s)" if mean_run > 5 * clips.fps else
-              "busy (a new picture every second)"].append(int(c))
+    static = clips.static_clips()  # the same split as the fit's time to notice (states held 5 s or more)
+    kinds = {"static (states held 10-120 s)": static,
+             "busy (a new picture every second)": np.setdiff1d(np.unique(clips.clip), static)}
     for kind, keep in kinds.items():
-        if not keep:
+        if not len(keep):
             continue
-        sub = _subset(clips, np.asarray(keep))
+        sub = _subset(clips, keep)
         points = replay_all(sub, video_chain, video_chain.cost, gates, smoother, exit0.cost)
         full = points["full depth, every frame"][0].run
         levels = levels_below(full.accuracy)
