@@ -41,15 +41,15 @@ def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
 
 def deployed_model(cfg: AppConfig) -> Path:
     """The model to serve: the one last deployed from the page ([training] models_dir), else [model] path."""
-    from edge_app.teach.frames import DatasetError
-    from edge_app.teach.registry import DEFAULT, ModelRegistry
+    from models.errors import RegistryError
+    from models.registry import DEFAULT, ModelRegistry
 
     reg = ModelRegistry(cfg.resolve(cfg.training.models_dir), cfg.model_path)
     if reg.active == DEFAULT:
         return cfg.model_path
     try:
         folder = reg.validate(reg.active)
-    except DatasetError as exc:
+    except RegistryError as exc:
         log.warning("the deployed model cannot be served (%s); serving [model] path %s", exc.reason, cfg.model_path)
         return cfg.model_path
     log.info("serving the model deployed from the page: %s (%s)", reg.active, folder)

@@ -29,8 +29,8 @@ from edge_app.offers import add_routes as add_signalling_routes
 from edge_app.offers import json_error
 from edge_app.stallwatch import StallWatch
 from edge_app.teach.api import add_routes as add_teach_routes
-from edge_app.teach.registry import ModelRegistry
 from edge_app.teach.state import TEACH_KEY
+from models.registry import ModelRegistry
 from models.service import InferenceService
 from streams.aiortc_adapter import check_internals_at_start
 from streams.redact import add_secret, add_url_secrets

@@ -15,3 +15,13 @@ class SegmentRunError(ModelError):
 
 class PolicyError(ModelError):
     """A policy table is missing, corrupt or does not match the model."""
+
+
+class RegistryError(ModelError, ValueError):
+    """A model version the registry refuses (unknown, incomplete, in use); ``status`` is the HTTP status to answer
+    with."""
+
+    def __init__(self, reason: str, status: int = 400) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status

@@ -39,6 +39,7 @@ from edge_app.config_cameras import check_region
 from edge_app.hub import Hub
 from edge_app.teach.frames import DatasetError
 from edge_app.teach.state import TEACH_KEY, Teach
+from models.errors import RegistryError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def _handler(fn: Callable[[web.Request, Teach], Awaitable[web.StreamResponse]]) 
     async def wrapped(request: web.Request) -> web.StreamResponse:
         try:
             return await fn(request, request.app[TEACH_KEY])
-        except DatasetError as exc:
+        except (DatasetError, RegistryError) as exc:
             return web.json_response({"error": exc.reason}, status=exc.status)
     return wrapped
 

@@ -16,10 +16,10 @@ from edge_app.registry import UnknownSource
 from edge_app.teach.capture import Recorder
 from edge_app.teach.frames import DatasetError
 from edge_app.teach.jobs import Trainer
-from edge_app.teach.registry import ModelRegistry
 from edge_app.teach.shadow import Shadows
 from edge_app.teach.store import DatasetStore
 from models.errors import ModelError
+from models.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ it, and a folder that does not load is never served.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from edge_app.teach.frames import DatasetError, check_name
-from models.errors import ModelError
+from models.errors import ModelError, RegistryError
 from models.manifest import read_manifest
 
 DEFAULT = "default"
@@ -53,9 +53,9 @@ class ModelRegistry:
     def folder(self, name: str) -> Path:
         if name == DEFAULT:
             return self.default_folder
-        folder = self.dir / check_name("model", name)
+        folder = self.dir / _check_name(name)
         if not folder.is_dir():
-            raise DatasetError(f"no model {name!r}; models: {[v['name'] for v in self.versions()]}", 404)
+            raise RegistryError(f"no model {name!r}; models: {[v['name'] for v in self.versions()]}", 404)
         return folder
 
     def validate(self, name: str) -> Path:
@@ -63,14 +63,14 @@ class ModelRegistry:
         folder = self.folder(name)
         missing = [f for f in FILES if not (folder / f).is_file()]
         if missing:
-            raise DatasetError(f"model {name!r} ({folder}) is incomplete: no {', '.join(missing)}", 422)
+            raise RegistryError(f"model {name!r} ({folder}) is incomplete: no {', '.join(missing)}", 422)
         try:
             manifest = read_manifest(folder)
         except (ModelError, OSError, ValueError) as exc:
-            raise DatasetError(f"model {name!r}: {exc}", 422) from exc
+            raise RegistryError(f"model {name!r}: {exc}", 422) from exc
         absent = [e.file for e in manifest.exits if not (folder / e.file).is_file()]
         if absent:
-            raise DatasetError(f"model {name!r} ({folder}) lacks its segments {absent}", 422)
+            raise RegistryError(f"model {name!r} ({folder}) lacks its segments {absent}", 422)
         return folder
 
     def deployed(self, name: str) -> None:
@@ -79,7 +79,7 @@ class ModelRegistry:
     def previous(self) -> str:
         hist = self.history()
         if len(hist) < 2:
-            raise DatasetError("nothing to roll back to: no model was deployed before this one", 409)
+            raise RegistryError("nothing to roll back to: no model was deployed before this one", 409)
         return str(hist[-2]["model"])
 
     def rolled_back(self) -> None:
@@ -129,5 +129,15 @@ class ModelRegistry:
 
     def delete(self, name: str) -> None:
         if name == DEFAULT or name in {h["model"] for h in self.history()}:
-            raise DatasetError(f"model {name!r} is in use or in the deployment history (roll back first)", 409)
+            raise RegistryError(f"model {name!r} is in use or in the deployment history (roll back first)", 409)
         shutil.rmtree(self.folder(name))
+
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$")
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not NAME.match(name) or name in (".", ".."):
+        raise RegistryError(f"model name {name!r}: use 1-64 letters, digits, spaces, '_', '-' or '.', starting with "
+                            "a letter or digit")
+    return name
