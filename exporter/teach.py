@@ -19,6 +19,11 @@ the shallowest exit whose accuracy on the check frames is within a point of full
 what the page shows before deploy: held-out (same recordings) and check accuracy per exit, what the policy as
 served does on the check (accuracy, exits, cost, confusion, the frames it got wrong) and the operating points.
 
+Exit 0 (the last answer while the picture has not changed) is fitted from the recordings themselves, played in
+time order as a camera shows a scene that changes state (``exporter.teach_clips``); ``served`` in the report is
+what the policy as served, exit 0 included, does on the held-out test blocks and the check recordings in time
+order.
+
 With ``--json`` every step is one JSON line on stdout (``{"event": "epoch", ...}``, ``{"event": "done", ...}``):
 edge-app runs this in its own process and reads them for the page.
 """
@@ -46,6 +51,7 @@ from exporter.errors import ExporterError
 from exporter.onnx_export import cpu_sessions, export_model_folder, traces
 from exporter.pipeline import save_checkpoint
 from exporter.recover import read_model_folder, recover_checkpoint
+from exporter.teach_clips import served_on_clips, write_recording_clips
 from exporter.train import TrainConfig, evaluate, train
 from exporter.vgg import ThreeExitVGG
 from exporter.widen import widen_model
@@ -55,11 +61,12 @@ from models.manifest import list_traces, read_manifest, trace_spec
 from models.policies import DynamicIndex, run_on_trace
 from models.policy_store import fit_policy, load_policy
 from models.preprocess import crop_resize
+from models.registry import REPORT_FILE  # held-out, check, policy and operating points, for the page before deploy
 
 log = logging.getLogger(__name__)
 Progress = Callable[[dict[str, Any]], None]
 AUGMENTED_CALIBRATION = 4  # jittered copies of each calibration frame the policy is fitted on
-REPORT_FILE = "report.json"  # held-out, check, policy and operating points, for the page before deploy
+
 
 
 class TeachError(ExporterError, ValueError):
@@ -312,11 +319,13 @@ def teach(data: Path, base: Path, out: Path, epochs: int = 12, lr: float = 2e-3,
     manifest_json["name"] = out.name
     manifest_file.write_text(json.dumps(manifest_json, indent=2))
     progress({"event": "policy"})
+    clips = write_recording_clips(out, {**splits, **({"check": check} if check is not None else {})}, threads)
     report = fit_and_report(out, names, exported.costs_ms, check, check_ds)
+    report["policy"]["recording_clips"] = clips
     done = {"event": "done", "model": str(out), "classes": names, "input_size": size, "width": arch.width,
             "test_accuracy": [round(e.test_accuracy, 4) for e in exported.exits],
             "costs_ms": [round(c, 3) for c in exported.costs_ms], "policy": report["policy"],
-            "check": report["check"], "operating_points": report["operating_points"],
+            "check": report["check"], "served": report["served"], "operating_points": report["operating_points"],
             "frames": {**{s: len(v.labels) for s, v in splits.items()}, "check": 0 if check is None else
                        len(check.labels)},
             "best_epoch": best["epoch"], "epochs_run": len(result.history),
@@ -345,7 +354,7 @@ def fit_and_report(out: Path, names: list[str], costs_ms: Sequence[float], check
     chain = fit_chain(cal_probs, cal_labels, costs_ms, loss_kind=str(fitted["loss_kind"]))
     report = check_report(policy, probs, labels, ids, names, costs_ms) if check is not None else None
     points = policy_points(chain, floor, probs, labels, costs_ms)
-    return {"policy": fitted, "check": report, "operating_points": {
+    return {"policy": fitted, "check": report, "served": served_on_clips(out, policy), "operating_points": {
         "on": "check" if check is not None else "calibration (jittered)", "points": points}}
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from models.errors import ModelFolderError, PolicyError
-from models.manifest import Manifest, verify_file
+from models.manifest import Manifest, TraceSpec, trace_spec, verify_file
 from models.video import Clips
 
 POLICY_FILE = "policy.json"
@@ -35,6 +35,25 @@ def load_traces(folder: Path, manifest: Manifest, split: str) -> tuple[np.ndarra
             return z["probs"].astype(np.float64), z["labels"]
     except (OSError, KeyError, ValueError) as exc:
         raise ModelFolderError(f"{path}: not a trace file with probs and labels ({exc}); re-export the model") from exc
+
+
+THUMB_SCALE = 40.0  # thumbnails are stored as uint8: value * THUMB_SCALE + 128 (the input's units, 1/40 steps), as
+# differences from the frame before (int16; the first from 0), which compress to two thirds on video
+
+
+def save_clips(folder: Path, name: str, arrays: dict[str, np.ndarray], class_names: list[str], fps: float,
+               specs: list[dict[str, Any]]) -> TraceSpec:
+    """Write ``traces_{name}.npz`` beside the model (``load_clips`` reads it) from ``arrays``: probs (N, n, C),
+    labels (N,), thumbs (N, 16, 16) float32 (``models.video.thumbnail``), clip (N,); ``specs`` say how the clips
+    were made. Returns its manifest entry (the caller lists it: ``models.manifest.list_traces``)."""
+    thumbs = np.clip(np.round(arrays["thumbs"] * THUMB_SCALE + 128), 0, 255).astype(np.int16)
+    path = folder / f"traces_{name}.npz"
+    np.savez_compressed(path, probs=arrays["probs"].astype(np.float16), labels=arrays["labels"].astype(np.int16),
+                        clip=arrays["clip"].astype(np.int16),
+                        thumb_deltas=np.diff(thumbs, axis=0, prepend=np.zeros((1, *thumbs.shape[1:]), np.int16)),
+                        class_names=np.asarray(class_names), fps=np.float32(fps),
+                        thumb_scale=np.float32(THUMB_SCALE), specs=json.dumps(specs))
+    return trace_spec(path, len(arrays["labels"]))
 
 
 def load_clips(folder: Path, manifest: Manifest, name: str) -> Clips:

@@ -191,7 +191,11 @@ class ModelRuntime:
     def all_exits(self, frame_rgb: np.ndarray) -> np.ndarray:
         """(exits, classes) softmax of every exit on one (H, W, 3) uint8 RGB frame, pre-processed as live
         frames are (offline work: traces, diagnosis)."""
-        run = self.start(self.preprocess(frame_rgb))
+        return self.exits_of(self.preprocess(frame_rgb))
+
+    def exits_of(self, x: np.ndarray) -> np.ndarray:
+        """(exits, classes) softmax of every exit on one preprocessed (1, 3, h, w) input."""
+        run = self.start(x)
         out = np.empty((self.num_exits, len(self.class_names)), np.float32)
         while not run.done:
             res = run.advance()

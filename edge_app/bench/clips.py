@@ -16,30 +16,24 @@ second, as the demo camera shows them).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import cv2
 import numpy as np
 
 from edge_app.bench.codec import ROUNDTRIPS
 from edge_app.bench.codec_traces import demo_split
-from models.folder import CLIPS_CALIBRATION, CLIPS_TEST
-from models.manifest import TraceSpec, list_traces, trace_spec
+from models.folder import CLIPS_CALIBRATION, CLIPS_TEST, save_clips
+from models.manifest import TraceSpec, list_traces
 from models.runtime import ModelRuntime
 from models.video import thumbnail
 
 log = logging.getLogger(__name__)
-
-THUMB_SCALE = 40.0  # thumbnails are uint8: value * THUMB_SCALE + 128 (the input's units, 1/40 steps); stored as
-# differences from the frame before (int16; the first from 0), which compress to two thirds on video
-
 
 @dataclass(frozen=True)
 class ClipSpec:
@@ -138,8 +132,8 @@ def _cross(frame: np.ndarray, passer: tuple[int, int, float, bool], t: int, spec
 
 def clip_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, specs: tuple[ClipSpec, ...]
                 ) -> dict[str, np.ndarray]:
-    """Every frame of every clip through its codec and the model: probs (N, n, C) float16, labels, thumbs (N, 16,
-    16) uint8 (``THUMB_SCALE``), clip ids."""
+    """Every frame of every clip through its codec and the model: probs (N, n, C), labels, thumbs (N, 16, 16)
+    (``models.video.thumbnail``), clip ids."""
     probs, labs, thumbs, clip = [], [], [], []
     t0 = time.perf_counter()
     for c, spec in enumerate(specs):
@@ -153,27 +147,14 @@ def clip_traces(rt: ModelRuntime, images: np.ndarray, labels: np.ndarray, specs:
         for rgb in ROUNDTRIPS[spec.codec](frames(), spec.kbps, int(spec.fps)):  # one frame back per frame, in order
             label = pending.popleft()
             x = rt.preprocess(rgb)
-            run = rt.start(x)
-            out = np.empty((rt.num_exits, len(rt.class_names)), np.float32)
-            while not run.done:
-                res = run.advance()
-                out[res.exit_index] = res.probs
-            probs.append(out.astype(np.float16))
+            probs.append(rt.exits_of(x))
             labs.append(label)
-            thumbs.append(np.clip(np.round(thumbnail(x) * THUMB_SCALE + 128), 0, 255).astype(np.uint8))
+            thumbs.append(thumbnail(x))
             clip.append(c)
         log.info("clip %d of %d (%s, %.0f s at %g fps) done (%.0f s so far)", c + 1, len(specs), spec.codec,
                  spec.seconds, spec.fps, time.perf_counter() - t0)
     return {"probs": np.stack(probs), "labels": np.asarray(labs, np.int16), "thumbs": np.stack(thumbs),
             "clip": np.asarray(clip, np.int16)}
-
-
-def stored(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """What the trace file holds: the thumbnails as frame-to-frame differences (``models.folder.load_clips``)."""
-    thumbs = arrays["thumbs"].astype(np.int16)
-    out = {k: v for k, v in arrays.items() if k != "thumbs"}
-    out["thumb_deltas"] = np.diff(thumbs, axis=0, prepend=np.zeros((1, *thumbs.shape[1:]), np.int16))
-    return out
 
 
 def write_clip_traces(folder: Path, data: Path, calibration: tuple[ClipSpec, ...] = CALIBRATION,
@@ -185,15 +166,12 @@ def write_clip_traces(folder: Path, data: Path, calibration: tuple[ClipSpec, ...
     for name, split, specs in ((CLIPS_CALIBRATION, "calibration", calibration), (CLIPS_TEST, "test", test)):
         src, images, labels, _ = demo_split(data, split)
         arrays = clip_traces(rt, images, labels, specs)
-        path = folder / f"traces_{name}.npz"
         fps = {s.fps for s in specs}
         if len(fps) != 1:
             raise ValueError(f"one frame rate per trace file, got {sorted(fps)}")
-        extra: dict[str, Any] = {"class_names": np.asarray(rt.class_names), "fps": np.float32(fps.pop()),
-                                 "thumb_scale": np.float32(THUMB_SCALE),
-                                 "specs": json.dumps([asdict(s) for s in specs] + [{"source": src.name}])}
-        np.savez_compressed(path, **stored(arrays), **extra)  # type: ignore[arg-type]
-        written[name] = trace_spec(path, len(arrays["labels"]))
-        log.info("wrote %s: %d frames, %.1f MB", path, len(arrays["labels"]), path.stat().st_size / 1e6)
+        written[name] = save_clips(folder, name, arrays, rt.class_names, fps.pop(),
+                                   [asdict(s) for s in specs] + [{"source": src.name}])
+        log.info("wrote %s: %d frames, %.1f MB", written[name].file, len(arrays["labels"]),
+                 (folder / written[name].file).stat().st_size / 1e6)
     list_traces(folder, written)
     return written

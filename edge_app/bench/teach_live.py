@@ -140,7 +140,7 @@ async def _round(http: aiohttp.ClientSession, base: str, camera: SceneCamera, vi
             "check_per_exit": check["per_exit_accuracy"], "shown": check["accuracy"],
             "floor": result["policy"]["min_exit"], "costs_ms": result["costs_ms"],
             "live": float(r.mean()), "live_interval": block_interval(r, b), "live_frames": len(r),
-            "live_exits": [exits.count(e) for e in (1, 2, 3)]}
+            "live_exits": [exits.count(e) for e in (0, 1, 2, 3)], "served": result.get("served", {})}
 
 
 def pct(a: float) -> str:
@@ -154,7 +154,7 @@ def format_report(rows: list[dict[str, Any]], region: bool, nights: bool = False
              "accuracy in %", "",
              "| round | frames recorded (train / check per state) | training s | held-out per exit (same recordings) "
              "| check per exit | shown before deploy (policy on the check) | floor | live after deploy [95 % CI] | "
-             "live − shown | live exits 1/2/3 |",
+             "live − shown | live exits 0/1/2/3 |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         s = row["saved"]

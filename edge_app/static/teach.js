@@ -171,6 +171,22 @@ export function initTeach(api, edge) {
     refresh();
   }
 
+  // The policy as served on the recordings played in time order (exit 0 answers while the picture holds): what
+  // the held-out blocks and the check recording say, every frame counted against the label of its moment.
+  function servedLine(served) {
+    const parts = [["clips-test", "held-out blocks"], ["clips-check", "check recording"]]
+      .filter(([k]) => served[k]).map(([k, what]) => {
+        const s = served[k];
+        const p95 = s.notice_frames_p95 === null ? "" : `, a change noticed within ${s.notice_frames_p95} frame(s) at p95`;
+        return `${what}: ${pct(s.accuracy)} right as served, ${pct(s.exit0_share)} of ${s.frames} frames answered at exit 0 (the picture unchanged), ${pct(s.cost_fraction)} of full depth's compute${p95} (${s.changes_noticed} of ${s.changes} changes noticed)`;
+      });
+    if (!parts.length) return null;
+    const p = document.createElement("p");
+    p.id = "teach-served";
+    p.textContent = `In time order, as a camera shows the scene: ${parts.join("; ")}.`;
+    return p;
+  }
+
   // What training found, before deploy: held-out (same recordings) and check accuracy per exit, the policy as
   // served on the check (accuracy, exits, cost), its confusion, the frames it got wrong, the operating points.
   function drawReport(name, r) {
@@ -192,6 +208,8 @@ export function initTeach(api, edge) {
       (r.check ? `; on the check it stopped at exits ${r.check.exits_used.map((n, k) => `${k + 1}: ${n}`).join(", ")}.` : ".") +
       (r.check ? "" : " Without a check recording these figures come from the same recordings as training and may be optimistic.");
     el.append(h, table, policy);
+    const video = servedLine(r.served || {});
+    if (video) el.append(video);
     if (r.check) {
       const conf = document.createElement("table");
       conf.className = "report confusion";
