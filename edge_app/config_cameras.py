@@ -33,6 +33,10 @@ class _Camera(Section):
     probe: bool = Field(False, description="read the frame counter a test source stamps into each frame")
     events: list[str] = Field(default_factory=list, description="labels that are events on this camera (the "
                               "gate's open, a parcel on the step); its other labels are states only")
+    model: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$", description="the model that "
+                              "answers this camera: \"default\" ([model] path) or a version taught from the page "
+                              "([training] models_dir; GET /api/models lists them); unset: the box's default model. "
+                              "A model deployed on this camera from the page takes its place until rolled back")
     region: tuple[float, float, float, float] | None = Field(
         None, description="[x, y, w, h] in fractions of the frame: the part the classifier sees (the smallest "
         "square holding it) instead of the centre square; unset: the centre square")

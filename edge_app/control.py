@@ -20,6 +20,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
@@ -102,10 +103,25 @@ async def session_route(request: web.Request) -> web.Response:
 
 
 async def to_all(request: web.Request) -> web.Response:
-    """Deploy and roll back: every worker serves the same model; worker 0's answer is returned."""
-    body = await request.read()
-    answers = [await forward(request, w.index, body) for w in request.app[SUP_KEY].workers]
-    return answers[0]
+    """Deploy and roll back. On a camera (``{"camera"}`` or ``?camera=``): the worker that runs it, alone. As the
+    box's default: worker 0 decides (a roll back's model) and records it in the shared registry; every other worker
+    then serves what worker 0 answered without recording it again (``?follow=1``); worker 0's answer is returned."""
+    app, body = request.app, await request.read()
+    camera = request.query.get("camera")
+    with contextlib.suppress(ValueError, AttributeError):
+        camera = json.loads(body or b"{}").get("camera", camera)
+    if isinstance(camera, str):
+        return await forward(request, owner(app[CFG_KEY], camera, len(app[SUP_KEY].workers)), body)
+    first = await forward(request, 0, body)
+    if first.status != 200 or not isinstance(first.body, bytes):
+        return first
+    model = str(json.loads(first.body).get("model"))
+    for w in app[SUP_KEY].workers[1:]:
+        resp = await forward(request, w.index, b"", path=f"/api/models/{quote(model, safe='')}/deploy?follow=1")
+        if resp.status != 200:
+            log.warning("worker %d did not take model %s (HTTP %d): it serves it from its next start", w.index,
+                        model, resp.status)
+    return first
 
 
 async def to_first(request: web.Request) -> web.Response:
@@ -129,6 +145,7 @@ async def status(request: web.Request) -> web.Response:
     base = dict(ok[0][1])
     base["sessions"] = [dict(s, worker=i) for i, st in ok for s in st.get("sessions", [])]
     base["cameras"] = [dict(c, worker=i) for i, st in ok for c in st.get("cameras", [])]
+    base["models"] = [dict(m, worker=i) for i, st in ok for m in st.get("models", [])]  # each worker's own
     base["workers"] = [w.status() for w in request.app[SUP_KEY].workers]
     end_orphans(request.app)
     closed: dict[str, int] = dict(request.app[STATE_KEY]["closed"])

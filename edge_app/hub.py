@@ -1,9 +1,10 @@
-"""The app's live state: the inference engine, the camera sources and their shared analyses, the peer sessions.
+"""The app's live state: the models it serves, the camera sources and their shared analyses, the peer sessions.
 
-``Hub.start()`` opens every configured camera and starts its analysis (a camera is analysed once, whoever
-watches); ``create_session`` answers a WebRTC offer (the plan: ``edge_app.signalling``; the video back:
-``edge_app.fanout``; the session's rooms: ``edge_app.peer``); ``swap_model`` changes the model of every pipeline
-through one handshake (``PipelineRegistry.use``); ``stop()`` closes everything within bounded time.
+``Hub.start()`` opens every configured camera and starts its analysis with its model (a camera is analysed once,
+whoever watches); ``create_session`` answers a WebRTC offer (the plan: ``edge_app.signalling``; the video back:
+``edge_app.fanout``; the session's rooms: ``edge_app.peer``); ``deploy`` puts a model on one camera or makes it
+the box's default (``edge_app.served``: each model loaded once, whatever uses it), each pipeline switching between
+two frames (``AnalysisPipeline.use``); ``stop()`` closes everything within bounded time.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
@@ -24,19 +24,20 @@ from edge_app.config import AppConfig
 from edge_app.decide import PipelineSettings
 from edge_app.errors import EdgeAppError
 from edge_app.fanout import CameraVideo
-from edge_app.governor import Governor, governor_for
 from edge_app.ingest import BrowserIngest
 from edge_app.metrics import Metrics
 from edge_app.peer.monitor import JSON_RESULT_BYTES
 from edge_app.peer.session import Asked, Hooks, PeerSession
 from edge_app.pipeline import AnalysisPipeline, Engine
+from edge_app.placement import Placement, registry_name
 from edge_app.registry import PipelineRegistry, ViewerNetworks
 from edge_app.results import NetworkView
-from edge_app.scheduler import describe_served, policy_from_config
+from edge_app.served import ModelSet, ServedModel
 from edge_app.signalling import AnswerPlan, PlanRefused, offered_lines, plan_answer
 from edge_app.sources import configured
-from models.errors import ModelError
-from models.service import InferenceService, load_backend
+from models.errors import ModelError, RegistryError
+from models.registry import ModelRegistry
+from models.service import InferenceService
 from streams import aiortc_adapter as rtc
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
@@ -62,52 +63,57 @@ class OfferRefused(EdgeAppError):
 class Hub:
     def __init__(self, config: AppConfig, service: InferenceService, metrics: Metrics) -> None:
         self.config = config
-        self.service = service
         self.metrics = metrics
-        self.policy = policy_from_config(config.policy, service.backend.folder)
-        self.policy_info = describe_served(config.policy, service.backend.folder, self.policy)  # the one served
         self.media = ThreadPoolExecutor(config.model.workers, thread_name_prefix="media")
-        self.engine = Engine(service=service, policy=self.policy, metrics=metrics, media=self.media)
+        self.model_registry = ModelRegistry(config.resolve(config.training.models_dir), config.model_path)
+        self.models = ModelSet(config, self.model_registry, metrics, self.media)
+        self.models.add(ServedModel.make(config, registry_name(self.model_registry, service.backend.folder), service,
+                                         metrics, self.media), default=True)
         self.registry = PipelineRegistry()
+        self.placement = Placement(config, self.models, self.model_registry, self.registry)
         self.sources: dict[str, CameraSource] = {}
         self.networks: dict[str, ViewerNetworks] = {}  # camera: its viewers' network views
         self.sessions: dict[str, PeerSession] = {}
         self.closed: dict[str, int] = {}  # sessions closed so far, by reason
-        self.governor: Governor | None = None  # [policy] adapt_to_load
         self.video = CameraVideo(config.server, self.sources, self.registry, self.media, self.viewers)
         b = config.budget
         self._prior = NetworkView(snapshot(RttEstimator(b.rtt_prior_ms), BitrateEstimator(b.bitrate_prior_kbps * 1e3)),
                                   JSON_RESULT_BYTES)
         metrics.add_live_state(lambda: len(self.sessions), lambda: list(self.sources.values()))
 
+    @property
+    def default(self) -> ServedModel:
+        """The box's default model: every camera without a model of its own and every browser session."""
+        return self.models[self.models.default]
+
+    def model_of(self, camera: str) -> ServedModel:
+        return self.placement.of(camera)
+
     async def start(self) -> None:
-        self.service.start()
-        await self.service.probe()  # a remote runner says at once when its server is not there
+        await self.default.start(self.config, self.metrics)  # a remote runner says at once when its server is not there
         lower_video_bitrate_floor(VideoRateController.STARVED_BPS)  # annotated video under aiortc's 250 kbit/s
-        self.governor = await governor_for(self.config, self.service.backend.folder, self.policy, self.metrics,
-                                           self.service)
-        self.engine = Engine(service=self.service, policy=self.policy, metrics=self.metrics, media=self.media,
-                             load=self.governor)
         for c, source in configured(self.config):
+            served = await self.placement.place(c.name)
             source.start()
             assert source.slot is not None
-            pipe = self._pipeline(c.name, c.name, source.slot, c.probe)
+            pipe = self._pipeline(c.name, c.name, source.slot, served.engine, c.probe)
             pipe.region = c.region
             pipe.start()
             self.sources[c.name] = source
             self.networks[c.name] = ViewerNetworks(pipe, self._prior)
             self.registry.add("camera", c.name, pipe)
-        log.info("policy %s; %d camera(s) configured", self.policy.name, len(self.sources))
+        log.info("policy %s; %d camera(s) configured; models: %s", self.default.policy.name, len(self.sources),
+                 {n: sorted(m.users) for n, m in self.models.models.items()})
 
     def viewers(self, camera: str) -> list[PeerSession]:
         return [s for s in self.sessions.values() if s.camera == camera]
 
-    def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], probe: bool = False,
-                  uplink_from_frames: bool = False) -> AnalysisPipeline:
+    def _pipeline(self, source: str, metric_source: str, slot: LatestSlot[SourceFrame], engine: Engine,
+                  probe: bool = False, uplink_from_frames: bool = False) -> AnalysisPipeline:
         settings = PipelineSettings(budget=self.config.budget, smoothing=self.config.smoothing,
                                     truncate=self.config.policy.truncate, probe=probe,
                                     uplink_from_frames=uplink_from_frames)
-        return AnalysisPipeline(source, metric_source, slot, self.engine, settings, self._prior)
+        return AnalysisPipeline(source, metric_source, slot, engine, settings, self._prior)
 
     # --- sessions ------------------------------------------------------------------------------------------
 
@@ -135,6 +141,13 @@ class Hub:
             raise OfferRefused(400, str(exc)) from exc
         session = self._new_session(asked)
         self.sessions[session.id] = session  # the slot is taken from here on
+        if asked.camera is None:  # the model for the browser's camera, loaded if it is not (closing releases it)
+            try:
+                await self.models.acquire(asked.model or self.models.default, f"session:{session.id}")
+            except ModelError as exc:  # RegistryError (no such model) carries its status
+                await session.close()
+                raise OfferRefused(exc.status if isinstance(exc, RegistryError) else 422,
+                                   f"model {asked.model!r} cannot be served: {exc}") from exc
         session.start()
         try:
             answer = await self._answer(session, offer, plan)
@@ -154,8 +167,9 @@ class Hub:
         hooks = Hooks(on_closed=self._forget, on_result_dropped=self.metrics.results_dropped.inc,
                       on_video_dropped=self.metrics.frames_dropped.labels(camera or "browser", "send").inc,
                       source_state=None if camera is None else functools.partial(self.camera_state, camera))
+        model = self.model_of(camera) if camera is not None else self.models.models.get(asked.model or "", self.default)
         return PeerSession(uuid.uuid4().hex[:12], RTCPeerConnection(RTCConfiguration(iceServers=ice)), asked,
-                           self.config.budget, self.service.class_names, hooks, srv.peer_timeout_s,
+                           self.config.budget, model.class_names, hooks, srv.peer_timeout_s,
                            srv.connect_timeout_s)
 
     async def _answer(self, session: PeerSession, offer: RTCSessionDescription, plan: AnswerPlan
@@ -185,8 +199,9 @@ class Hub:
         return pc.localDescription
 
     def _analyse_browser_camera(self, session: PeerSession, transceiver: Any) -> None:
+        model = self.models.held_by(f"session:{session.id}")
         # never fewer lines than twice the model's input: the counter a probe stamps (and fine detail) must survive
-        lines = 2 * self.service.backend.manifest.input.height
+        lines = 2 * model.service.backend.manifest.input.height
         uplink = UplinkController(min_height=lines, max_height=None if session.video is not None else (
             self.config.server.results_only_height or lines))  # results only: no more lines than the analysis uses
         receiver = transceiver.receiver
@@ -195,7 +210,8 @@ class Hub:
         rtc.skip_long_gaps(receiver)  # a lost packet must not stall every later frame
 
         def make(source: str, slot: LatestSlot[SourceFrame]) -> AnalysisPipeline:
-            return self._pipeline(source, "browser", slot, session.asked.probe, uplink_from_frames=True)
+            return self._pipeline(source, "browser", slot, model.engine, session.asked.probe,
+                                  uplink_from_frames=True)
 
         ingest = BrowserIngest(session.id, receiver.track, make, uplink, session.life.heard, session.channel.send,
                                lambda: session.monitor.receive_estimate_bps)
@@ -214,6 +230,7 @@ class Hub:
     async def _forget(self, session: PeerSession, reason: str | None) -> None:
         self.sessions.pop(session.id, None)
         self.registry.remove(f"session:{session.id}")
+        await self.models.release_all(f"session:{session.id}")
         if session.camera is not None:
             self.networks[session.camera].remove(session.id)
         if reason is not None:
@@ -223,34 +240,21 @@ class Hub:
 
     # --- the model -----------------------------------------------------------------------------------------
 
-    async def swap_model(self, folder: Path) -> InferenceService:
-        """Serve ``folder`` from now on, without dropping a session or a camera: load and warm it up (off the event
-        loop; ``ModelError`` / ``PolicyError`` when it does not load, and nothing changes), switch every pipeline
-        to it between two frames (their smoothing starts again), tell every viewer (a ``model`` message), then stop
-        the old model's service."""
-        m = self.config.model
-        if m.backend.kind == "triton":  # the shared server serves what it was started with, for every box
-            raise ModelError(f"inference runs on the shared Triton at {m.backend.url}: serve {folder} there "
-                             f"(edge-app infer-server --model {folder}) and restart this box")
-        loop = asyncio.get_running_loop()
-        backend = await loop.run_in_executor(None, load_backend, "onnxruntime", folder, m.providers, m.threads,
-                                             m.warmup_runs, m.cuda_device)
-        policy = policy_from_config(self.config.policy, folder)
-        governor = await governor_for(self.config, folder, policy, self.metrics)  # the new model's own points
-        service = InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
-        service.start()
-        old = self.engine
-        self.service, self.policy, self.governor = service, policy, governor
-        self.policy_info = describe_served(self.config.policy, folder, policy)
-        self.engine = Engine(service=service, policy=policy, metrics=self.metrics, media=self.media, load=governor)
-        await self.registry.use(self.engine)
-        for session in self.sessions.values():
-            session.channel.model_changed(service.class_names, service.num_exits, backend.manifest.name)
-        await old.service.stop()
-        self.metrics.set_model(backend.manifest.name, backend.providers[0])
-        log.info("model: now %s (%s, %d classes), policy %s", backend.manifest.name, folder, len(service.class_names),
-                 policy.name)
-        return service
+    async def deploy(self, name: str, camera: str | None = None) -> ServedModel:
+        """Serve model ``name`` on ``camera`` only, or as the box's default (``edge_app.placement``), without
+        dropping a session or a camera; the viewers of what moved get a ``model`` message."""
+        return await self.placement.deploy(name, camera, self._moved)
+
+    async def as_configured(self, camera: str) -> ServedModel:
+        return await self.placement.as_configured(camera, self._moved)
+
+    def _moved(self, cameras: list[str], browsers: bool, model: ServedModel) -> None:
+        for s in self.sessions.values():
+            if (s.camera is None and browsers) or s.camera in cameras:
+                s.channel.model_changed(model.class_names, model.service.num_exits,
+                                        model.service.backend.manifest.name)
+        if browsers:
+            self.metrics.set_model(model.service.backend.manifest.name, model.service.backend.providers[0])
 
     # --- shutdown and status -------------------------------------------------------------------------------
 
@@ -264,7 +268,7 @@ class Hub:
             await asyncio.wait_for(asyncio.gather(*closers, return_exceptions=True), timeout)
         except TimeoutError:
             log.warning("shutdown: peers and cameras did not all close within %.1f s", timeout)
-        await self.service.stop()
+        await self.models.stop()
         self.media.shutdown(wait=False, cancel_futures=True)
         log.info("shutdown: done (%d session(s) left open)", len(self.sessions))
 
@@ -273,7 +277,8 @@ class Hub:
             "sessions": [s.status() for s in self.sessions.values()],
             "sessions_closed": dict(sorted(self.closed.items())),
             "cameras": [self._camera_status(name) for name in self.sources],
-            "operating_point": None if self.governor is None else self.governor.status(),
+            "operating_point": None if self.default.governor is None else self.default.governor.status(),
+            "models": self.models.status(),
         }
 
     def _camera_status(self, name: str) -> dict[str, Any]:
@@ -285,8 +290,9 @@ class Hub:
             "analysis_errors": tally.errors, "deadline_misses": tally.deadline_misses, "answers": tally.counts(),
             "viewers": len(self.viewers(name)), "frames_rendered": pipe.rendered,
             "region": None if pipe.region is None else list(pipe.region),
+            "model": self.placement.status(name),
             "live_accuracy": tally.live_accuracy(), "exit0": tally.exit0(), **self.video.status(name),
-            "last_result": None if last is None else {"label": self.service.class_names[last.smoothed_class],
+            "last_result": None if last is None else {"label": self.model_of(name).class_names[last.smoothed_class],
                                                       "confidence": round(last.smoothed_confidence, 3),
                                                       "exit": last.exit},
         }

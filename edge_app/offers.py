@@ -46,6 +46,9 @@ class Offer(BaseModel):
     probe: bool = Field(False, description="read the frame counter stamped in the left margin of each frame")
     results: Literal["compact", "full"] = Field("compact", description="compact results (a full one each second), "
                                                 "or every field on every result")
+    model: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.-]{0,63}$", description="the model that "
+                              "answers the browser's own camera (GET /api/models lists them); unset: the box's "
+                              "default. A camera viewer sees the camera's own model")
     video: Literal["annotated", "camera"] = Field("annotated", description="a camera viewer's video: the analysis "
                                                   "drawn in (annotated), or the camera's own picture, forwarded "
                                                   "without a transcode where it can be, with the client drawing "
@@ -118,7 +121,10 @@ async def _json_offer(request: web.Request) -> web.Response:
         return web.json_response({"error": "invalid offer", "details": reason}, status=400)
     if isinstance(raw, dict) and (unknown := sorted(set(raw) - set(Offer.model_fields))):
         log.debug("offer from %s: ignoring keys %s", request.remote, [k[:40] for k in unknown[:10]])
-    asked = Asked(body.camera, body.probe, body.results == "full", body.video)
+    if body.model is not None and body.camera is not None:
+        return web.json_response({"error": "invalid offer", "details": "'model' chooses the model for the browser's "
+                                  f"own camera; camera {body.camera!r} is answered by its own model"}, status=400)
+    asked = Asked(body.camera, body.probe, body.results == "full", body.video, body.model)
     out = await _session(request, body.sdp, asked)
     if isinstance(out, web.Response):
         return out

@@ -2,19 +2,18 @@
 
 ``camera:NAME`` for a configured camera (analysed once, whoever watches), ``session:ID`` for a browser that sends
 its camera. Teach (capture, shadow runs) finds pipelines here; outputs that live beyond a session (events, MQTT)
-subscribe to ``on_added`` and ``on_removed``. A model or policy change reaches every pipeline through one
-handshake (``use``). A camera's pipeline is budgeted for the costliest of its viewers' networks
-(``ViewerNetworks``): each viewer's monitor pushes its view when it changes.
+subscribe to ``on_added`` and ``on_removed``. A model change reaches a pipeline through its own handshake
+(``AnalysisPipeline.use``, from ``Hub.deploy``). A camera's pipeline is budgeted for the costliest of its viewers'
+networks (``ViewerNetworks``): each viewer's monitor pushes its view when it changes.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from edge_app.budget import send_time_ms, worst_network
-from edge_app.pipeline import AnalysisPipeline, Engine
+from edge_app.pipeline import AnalysisPipeline
 from edge_app.results import NetworkView
 
 
@@ -66,10 +65,6 @@ class PipelineRegistry:
 
     def pipelines(self) -> list[AnalysisPipeline]:
         return [e.pipeline for e in self._entries.values()]
-
-    async def use(self, engine: Engine) -> None:
-        """Every pipeline analyses its next frames with ``engine`` (a model, its policy, its governor)."""
-        await asyncio.gather(*(p.use(engine) for p in self.pipelines()))
 
 
 class ViewerNetworks:

@@ -104,8 +104,8 @@ async def status(request: web.Request) -> web.Response:
     cfg = app[CONFIG_KEY]
     return web.json_response({
         "uptime_s": round(time.monotonic() - app[STARTED_KEY], 1),
-        "model": model_status(app[HUB_KEY].service),
-        "policy": app[HUB_KEY].policy_info,  # the policy served (under load: operating_point says where it is)
+        "model": model_status(app[HUB_KEY].default.service),
+        "policy": app[HUB_KEY].default.policy_info,  # the policy served (under load: operating_point says where it is)
         "policy_configured": cfg.policy.model_dump(mode="json"),
         "budget": cfg.budget.model_dump(mode="json"),
         "limits": {"max_sessions": cfg.server.max_sessions, "connect_timeout_s": cfg.server.connect_timeout_s,

@@ -1,11 +1,14 @@
 """Model versions taught from the page, and which one is in use.
 
     MODELS_DIR/VERSION/                 a model folder (segments, manifest, traces, policy.json)
-    MODELS_DIR/deployments.json         {"history": [{"model": NAME, "at": UNIX_S}, ...]}: the last one is in use
+    MODELS_DIR/deployments.json         {"history": [{"model": NAME, "at": UNIX_S}, ...],
+                                         "cameras": {CAMERA: [{"model": NAME, "at": UNIX_S}, ...]}}
 
-``default`` is the configured ``[model] path``. Deploying appends to the history; rolling back drops its last
-entry and serves the one before. A folder is checked before anything is swapped (``validate``); the hub then loads
-it, and a folder that does not load is never served.
+``default`` is the configured ``[model] path``. ``history``'s last entry is the box's default model: what every
+camera without a model of its own (``[[cameras]] model``, or one deployed on it) and every browser session uses.
+A camera's own history overrides its config: deploying on a camera appends to it, rolling back drops its last
+entry (the first one rolled back, the camera serves what the config says). A folder is checked before anything is
+swapped (``validate``); the hub then loads it, and a folder that does not load is never served.
 """
 
 from __future__ import annotations
@@ -34,21 +37,53 @@ class ModelRegistry:
     def _file(self) -> Path:
         return self.dir / "deployments.json"
 
-    def history(self) -> list[dict[str, Any]]:
+    def _read(self) -> dict[str, Any]:
         if not self._file.is_file():
-            return [{"model": DEFAULT, "at": None}]
-        hist = json.loads(self._file.read_text()).get("history") or []
+            return {}
+        try:
+            data = json.loads(self._file.read_text())
+        except (OSError, ValueError) as exc:
+            raise RegistryError(f"{self._file} cannot be read ({exc}); fix or remove it (the box then serves the "
+                                "configured models)", 500) from exc
+        return data if isinstance(data, dict) else {}
+
+    def history(self, camera: str | None = None) -> list[dict[str, Any]]:
+        """The box's deployments (``camera`` None: the box's default model, which every camera without a model of
+        its own and every browser session uses), or one camera's (empty: the camera serves what the config says)."""
+        data = self._read()
+        if camera is not None:
+            return list((data.get("cameras") or {}).get(camera) or [])
+        hist = data.get("history") or []
         return hist if hist else [{"model": DEFAULT, "at": None}]
 
-    def _write(self, history: list[dict[str, Any]]) -> None:
+    def _write(self, history: list[dict[str, Any]], camera: str | None = None) -> None:
+        data = self._read()
+        if camera is None:
+            data["history"] = history
+        else:
+            cameras = data.setdefault("cameras", {})
+            if history:
+                cameras[camera] = history
+            else:
+                cameras.pop(camera, None)
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self._file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"history": history}, indent=1))
+        tmp.write_text(json.dumps(data, indent=1))
         tmp.replace(self._file)
 
     @property
     def active(self) -> str:
+        """The box's default model."""
         return str(self.history()[-1]["model"])
+
+    def deployed_on(self, camera: str) -> str | None:
+        """The model last deployed on ``camera`` from the page; None: the camera serves what the config says."""
+        hist = self.history(camera)
+        return str(hist[-1]["model"]) if hist else None
+
+    def cameras(self) -> dict[str, str]:
+        """Every camera with a model deployed on it: its model."""
+        return {c: str(h[-1]["model"]) for c, h in (self._read().get("cameras") or {}).items() if h}
 
     def folder(self, name: str) -> Path:
         if name == DEFAULT:
@@ -73,17 +108,22 @@ class ModelRegistry:
             raise RegistryError(f"model {name!r} ({folder}) lacks its segments {absent}", 422)
         return folder
 
-    def deployed(self, name: str) -> None:
-        self._write([*self.history(), {"model": name, "at": round(time.time(), 1)}][-50:])
+    def deployed(self, name: str, camera: str | None = None) -> None:
+        self._write([*self.history(camera), {"model": name, "at": round(time.time(), 1)}][-50:], camera)
 
-    def previous(self) -> str:
-        hist = self.history()
+    def previous(self, camera: str | None = None) -> str | None:
+        """What a roll back serves: the model deployed before (``camera``: None when its first deployment is rolled
+        back, the camera then serves what the config says)."""
+        hist = self.history(camera)
+        if camera is not None and len(hist) == 1:
+            return None
         if len(hist) < 2:
-            raise RegistryError("nothing to roll back to: no model was deployed before this one", 409)
+            where = "" if camera is None else f" on camera {camera!r}"
+            raise RegistryError(f"nothing to roll back to: no model was deployed{where} before this one", 409)
         return str(hist[-2]["model"])
 
-    def rolled_back(self) -> None:
-        self._write(self.history()[:-1])
+    def rolled_back(self, camera: str | None = None) -> None:
+        self._write(self.history(camera)[:-1], camera)
 
     def versions(self) -> list[dict[str, Any]]:
         """Every model, newest first: name, classes, per-exit held-out accuracy and cost, in use or not."""
@@ -128,7 +168,8 @@ class ModelRegistry:
         return None
 
     def delete(self, name: str) -> None:
-        if name == DEFAULT or name in {h["model"] for h in self.history()}:
+        used = {h["model"] for h in self.history()} | {h["model"] for c in self.cameras() for h in self.history(c)}
+        if name == DEFAULT or name in used:
             raise RegistryError(f"model {name!r} is in use or in the deployment history (roll back first)", 409)
         shutil.rmtree(self.folder(name))
 

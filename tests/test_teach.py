@@ -132,7 +132,10 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
             report = await page.text_content("#teach-report")
             await page.click(f"button.teach-deploy[data-model='{result['model'].split('/')[-1]}']")
             await page.wait_for_function("() => edge.models >= 1", timeout=60_000)
-            taught = (await _status(base))["model"]
+            deployed = await _status(base)
+            door = next(c for c in deployed["cameras"] if c["name"] == "door")["model"]
+            async with aiohttp.ClientSession() as http, http.get(f"{base}/api/models") as r:
+                taught = next(m for m in (await r.json())["models"] if m["name"] == door["name"])
             shown = await page.text_content("#teach-models")
             right, total = await _live_accuracy(page, camera, taught["classes"])
 
@@ -150,19 +153,22 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
           f"lam {result['policy'].get('lam')}; live raw accuracy on new frames {right}/{total} = "
           f"{right / max(total, 1):.3f} (shown before deploy on the check: {result['check']['accuracy']} as "
           f"served, per exit {result['check']['per_exit_accuracy']}, floor exit {result['policy']['min_exit']}); "
-          f"model after deploy {taught['name']} {taught['classes']}, "
-          f"after roll back {after['model']['name']}")
+          f"model on the camera after deploy {taught['name']} {taught['classes']}, "
+          f"after roll back {after['cameras'][0]['model']['name']}")
     assert dragged[0] > 0.3 and dragged[1] > 0.3 and dragged[2:] == [0.5, 0.5], f"dragged right and down: {dragged}"
     assert line.startswith("region = [") and cleared is None, (line, cleared)
     assert min(recorded.values()) >= 100, recorded
     assert "No check recording" in (warning or ""), "before a check, the page says the figure may be optimistic"
     assert min(checked.values()) >= 40 and result["frames"]["check"] == sum(checked.values()), (checked, result)
     assert "check recording" in (report or "") and "Policy" in (report or ""), report
+    # the page deploys on the camera it watches: that camera's model, the box's default untouched
+    assert door["own"] and deployed["model"]["name"] == shipped["name"], (door, deployed["model"])
     assert taught["classes"] == ["cat", "empty"] and taught["name"] == result["model"].split("/")[-1], taught
-    assert [e["test_accuracy"] for e in taught["exits"]] == result["test_accuracy"], "/status has the held-out figures"
-    assert "exit 1" in (shown or "") and "(in use)" in (shown or ""), shown
+    assert taught["test_accuracy"] == result["test_accuracy"], "/api/models has the held-out figures"
+    assert "exit 1" in (shown or "") and "(in use: camera door)" in (shown or ""), shown
     assert total >= 100 and right / total >= 0.95, f"live raw accuracy {right}/{total}"
-    assert after["model"]["name"] == shipped["name"] and after["model"]["classes"] == shipped["classes"]
+    back = next(c for c in after["cameras"] if c["name"] == "door")["model"]
+    assert back == {"name": "default", "own": False, "model": shipped["name"]}, back
     assert after["model_in_use"] == "default"
     assert kept["session"] == session and kept["state"] == "connected", "the viewer stayed connected throughout"
     assert after["sessions_closed"] == {} and len(after["sessions"]) == 1, after["sessions_closed"]

@@ -24,6 +24,7 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from support.clips import write_clip
 from support.live import REPO, results_channel
 from support.mqtt import free_port
+from support.teach import model_version
 
 from edge_app.bench.testvideo import LabelledVideo, write_y4m
 from edge_app.config import AppConfig
@@ -59,10 +60,14 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
     porch = write_clip(tmp_path / "porch.mp4", np.repeat(demo_test_split[0][:6], 10, axis=0), seconds=4.0)
     yard = write_clip(tmp_path / "yard.mp4", np.repeat(demo_test_split[0][30:36], 10, axis=0), seconds=4.0)
     port, base_port = free_port(), free_port()
+    models_dir = tmp_path / "models"
+    for name in ("yard-1", "porch-1"):
+        model_version(models_dir, name, REPO / "models" / "default")
     cfg = app_config(cameras=[{"name": "porch", "kind": "file", "path": str(porch)},
-                              {"name": "yard", "kind": "file", "path": str(yard)}],
+                              {"name": "yard", "kind": "file", "path": str(yard), "model": "yard-1"}],
                      server={"ice_host_addresses": ["127.0.0.1"], "port": port},
-                     events={"labels": ["*"], "min_s": 0.3, "min_confidence": 0.0})
+                     events={"labels": ["*"], "min_s": 0.3, "min_confidence": 0.0},
+                     training={"models_dir": str(models_dir), "data_dir": str(tmp_path / "data")})
     log = (tmp_path / "control.log").open("wb")
     control = subprocess.Popen([sys.executable, "-m", "edge_app", "serve", "--config",
                                 str(cfg.base_dir / "config.toml"), "--workers", "2"], cwd=REPO, stdout=log,
@@ -108,6 +113,7 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
             async with http.get(base + "/api/cameras/yard/region") as r:  # worker 1's camera
                 region = (r.status, await r.json())
             taught = await _teach_from_both(http, base)
+            models = await _models_per_camera(http, base)
     finally:
         control.send_signal(signal.SIGTERM)
         try:
@@ -143,8 +149,50 @@ async def test_two_workers_a_camera_each_a_browser_and_a_worker_restarted(
     assert all(r["saved"] >= 3 for r in taught["recordings"])
     assert taught["frames"] == {"yard": taught["recordings"][0]["saved"], "porch": taught["recordings"][1]["saved"]}, \
         "the frames both workers wrote, in one dataset"
+    print(f"models through the control process: {models}")
+    assert models["first"] == {"porch": ("default", 0), "yard": ("yard-1", 1)}
+    assert models["loaded"] == {0: ["default"], 1: ["default", "yard-1"]}, "each worker loads its cameras' models"
+    assert models["deployed"] == {"porch": ("porch-1", 0), "yard": ("yard-1", 1)}, "a deploy on one camera only"
+    assert models["loaded_after"] == {0: ["default", "porch-1"], 1: ["default", "yard-1"]}
+    assert models["history"] == ["default", "porch-1"], "a box-wide deploy recorded once, however many workers"
+    assert models["defaults"] == {0: "porch-1", 1: "porch-1"}, "every worker serves the box's default"
+    assert models["rolled_back"] == {0: "default", 1: "default"} and models["history_after"] == ["default"]
     keys = [(e["start"], e["id"]) for e in paged]
     assert keys == sorted(keys, reverse=True), "newest first across the workers"
+
+
+async def _models_per_camera(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:
+    """Which model answers each camera and which models each worker loaded; then porch-1 deployed on camera porch
+    (worker 0), then as the box's default (every worker) and rolled back, all through the control process."""
+    async def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        async with http.request(method, base + path, json=body) as r:
+            assert r.status == 200, (path, r.status, await r.text())
+            return await r.json()
+
+    def cameras(st: dict[str, Any]) -> dict[str, tuple[str, int]]:
+        return {c["name"]: (c["model"]["name"], c["worker"]) for c in st["cameras"]}
+
+    def loaded(st: dict[str, Any]) -> dict[int, list[str]]:
+        out: dict[int, list[str]] = {}
+        for m in st["models"]:
+            out.setdefault(m["worker"], []).append(m["name"])
+        return {w: sorted(names) for w, names in out.items()}
+
+    def defaults(st: dict[str, Any]) -> dict[int, str]:
+        return {m["worker"]: m["name"] for m in st["models"] if m["default"]}
+
+    first = await _status(http, base)
+    await call("POST", "/api/models/porch-1/deploy", {"camera": "porch"})
+    deployed = await _status(http, base)
+    await call("POST", "/api/models/porch-1/deploy")
+    on_all = await _status(http, base)
+    history = [h["model"] for h in (await call("GET", "/api/models"))["history"]]
+    await call("POST", "/api/models/rollback")
+    back = await _status(http, base)
+    history_after = [h["model"] for h in (await call("GET", "/api/models"))["history"]]
+    return {"first": cameras(first), "loaded": loaded(first), "deployed": cameras(deployed),
+            "loaded_after": loaded(deployed), "history": history, "defaults": defaults(on_all),
+            "rolled_back": defaults(back), "history_after": history_after}
 
 
 async def _teach_from_both(http: aiohttp.ClientSession, base: str) -> dict[str, Any]:

@@ -122,7 +122,7 @@ class Outputs:
             self.tasks.append(asyncio.ensure_future(self.hooks.run()))
         mqtt = self.mqtt
         self.output = EventsOutput(self.store, self.registry,
-                                   lambda cam: StateTracker(cam, frozenset(classes), min_s, 0.3), lambda: "bench",
+                                   lambda cam: StateTracker(cam, frozenset(classes), min_s, 0.3), lambda cam: "bench",
                                    listeners=listeners, snapshot_listeners=[] if mqtt is None else [mqtt.snapshot],
                                    camera_listeners=[] if mqtt is None else [mqtt.add_camera])
 

@@ -52,7 +52,7 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
 
     def tracker(camera: str) -> StateTracker:
         wanted = set(ev.labels) | labels.get(camera, set())
-        names = set(hub.service.class_names) if "*" in wanted else wanted
+        names = set(hub.model_of(camera).class_names) if "*" in wanted else wanted
         return StateTracker(camera, frozenset(names), ev.min_s, ev.min_confidence)
 
     async def end_and_drain(app: web.Application) -> None:
@@ -71,7 +71,7 @@ def attach(app: web.Application, config: AppConfig, hub: Hub) -> None:
         mqtt = None
         if config.mqtt.enabled:
             mqtt = app[MQTT_KEY] = MqttOutput(config.mqtt, config.resolve, _version(), lambda: _stats(app))
-        app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker, lambda: hub.service.backend.manifest.name,
+        app[OUTPUT_KEY] = EventsOutput(store, hub.registry, tracker, hub.placement.manifest_name,
                                        ev.snapshots, listeners=[hooks, feed, *([] if mqtt is None else [mqtt])],
                                        snapshot_listeners=[] if mqtt is None else [mqtt.snapshot],
                                        camera_listeners=[] if mqtt is None else [mqtt.add_camera])

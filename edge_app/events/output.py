@@ -111,7 +111,7 @@ class EventsOutput:
     open (a run that did not stop cleanly left them going on) are told to the listeners first."""
 
     def __init__(self, store: EventStore, registry: PipelineRegistry, make_tracker: Callable[[str], StateTracker],
-                 model_name: Callable[[], str], snapshots: bool = True, listeners: Sequence[Listener] = (),
+                 model_name: Callable[[str], str], snapshots: bool = True, listeners: Sequence[Listener] = (),
                  snapshot_listeners: Sequence[SnapshotListener] = (),
                  camera_listeners: Sequence[CameraListener] = ()) -> None:
         self.store = store
@@ -143,7 +143,7 @@ class EventsOutput:
 
     def changed(self, change: StateChange | EventChange) -> None:
         if isinstance(change, EventChange):
-            self.store.put(change.after, self.model_name())
+            self.store.put(change.after, self.model_name(change.after.source))
         self._tell(change)
 
     def _tell(self, change: StateChange | EventChange) -> None:

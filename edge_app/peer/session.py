@@ -42,6 +42,7 @@ class Asked:
     probe: bool = False  # read the frame counter a probe client stamps into each frame
     full_results: bool = False  # every field on every result
     picture: str = "annotated"  # "camera": the camera's own H.264 where it can go as it is (the page draws)
+    model: str | None = None  # the model for the browser's own camera; None: the box's default
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,23 @@ function fillSources(status) {
     ...status.cameras.map((c) => new Option(c.kind === "demo" ? `${c.name}: labelled demo frames (live accuracy)`
       : c.kind === "file" ? `${c.name}: video file ${c.url.replace(/^file:/, "")} (${c.state})` : `camera ${c.name} (${c.state})`, c.name)));
   if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
+  fillModels();
+}
+
+// The models a browser's own camera may be answered by (GET /api/models: the shipped one and those taught here);
+// hidden when there is only the default, or while a camera (answered by its own model) is picked.
+async function fillModels() {
+  if (edge.modelNames === undefined) {
+    edge.modelNames = [];
+    try {
+      const r = await api("/api/models");
+      if (r.ok) edge.modelNames = (await r.json()).models.filter((m) => !m.error).map((m) => m.name);
+    } catch (err) { /* the list stays empty: the box's default answers */ }
+  }
+  const sel = $("model"), keep = sel.value;
+  sel.replaceChildren(new Option("the box's default", ""), ...edge.modelNames.map((n) => new Option(n, n)));
+  if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
+  $("model-pick").hidden = edge.modelNames.length < 2 || Boolean($("source").value);
 }
 
 // What to do when ICE finds no path (shown on the page, not only in the server log).
@@ -184,7 +201,7 @@ async function connect() {
     await waitIceGathering(pc);
     const r = await api("/offer", { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ sdp: pc.localDescription.sdp, type: "offer", camera, probe: params.has("probe"),
-        video: params.has("annotated") ? "annotated" : "camera" }) });
+        video: params.has("annotated") ? "annotated" : "camera", model: camera ? undefined : ($("model").value || undefined) }) });
     const answer = await r.json();
     if (!r.ok) throw new Error(answer.error || `HTTP ${r.status}`);
     edge.session = answer.session;
@@ -465,6 +482,7 @@ edge.roleKnown = whoAmI().then((role) => {
 const teach = initTeach(api, edge);
 initEvents(api, edge);
 $("connect").onclick = connect;
+$("source").addEventListener("change", () => { $("model-pick").hidden = (edge.modelNames || []).length < 2 || Boolean($("source").value); });
 $("video-back").checked = params.get("video") === "1";
 if (probe) { probe.watchDisplay($("video"), edge.probe); $("g2g-row").hidden = false; }
 $("disconnect").onclick = disconnect;

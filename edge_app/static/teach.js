@@ -295,11 +295,27 @@ export function initTeach(api, edge) {
     refresh();
   }
 
+  // Where each model answers: the box's default (every camera without a model of its own, and browsers), and
+  // the cameras that have it as their own.
+  function usedBy(m) {
+    const cams = Object.entries(t.models.cameras || {}).filter(([, c]) => c.model === m.name).map(([name]) => name);
+    const where = [...(m.in_use ? ["the box's default"] : []), ...cams.map((c) => `camera ${c}`)];
+    return where.length ? ` (in use: ${where.join(", ")})` : "";
+  }
+
+  // Deploy and roll back act on the source picked above: a camera (that camera only), or the box's default.
+  const target = () => ($("source").value ? { camera: $("source").value } : undefined);
+  const targetWords = () => ($("source").value ? `on camera ${$("source").value}` : "as the box's default");
+
   function drawModels() {
+    const cam = $("source").value;
+    const served = cam && t.models.cameras && t.models.cameras[cam];
+    $("teach-rollback").textContent = `roll back ${targetWords()}`;
     const items = t.models.models.map((m) => {
       const li = document.createElement("li");
       const check = m.report && m.report.check;
-      li.textContent = m.error ? `${m.name}: ${m.error}` : `${m.name}${m.in_use ? " (in use)" : ""}: ${m.classes.join(", ")} · ${m.input_size} px, width ${m.width} · held-out ` +
+      const here = served ? served.model === m.name : m.in_use;
+      li.textContent = m.error ? `${m.name}: ${m.error}` : `${m.name}${usedBy(m)}: ${m.classes.join(", ")} · ${m.input_size} px, width ${m.width} · held-out ` +
         m.test_accuracy.map((a, k) => `exit ${k + 1} ${(100 * a).toFixed(1)} % @ ${m.costs_ms[k].toFixed(2)} ms`).join(" · ") +
         (check ? ` · check ${pct(check.accuracy)} as served` : m.report ? " · no check recording" : "");
       if (m.report) {
@@ -307,30 +323,30 @@ export function initTeach(api, edge) {
         b.className = "teach-details"; b.dataset.model = m.name;
         li.append(" ", b);
       }
-      if (!m.in_use && !m.error) {
+      if (!here && !m.error) {
         const sh = button("shadow 20 s", () => shadowRun(m.name));
         sh.className = "teach-shadow"; sh.dataset.model = m.name;
         sh.title = "answer the live source with this model next to the one in use for 20 s, and show where they disagree";
         li.append(" ", sh);
-        const b = button("deploy", () => deploy(m.name));
+        const b = button(`deploy ${targetWords()}`, () => deploy(m.name));
         b.className = "teach-deploy"; b.dataset.model = m.name;
         li.append(" ", b);
       }
       return li;
     });
     $("teach-models").replaceChildren(...items);
-    $("teach-rollback").disabled = t.models.history.length < 2;
+    $("teach-rollback").disabled = served ? !served.history.length : t.models.history.length < 2;
   }
 
   async function deploy(name) {
-    try { t.deployed = await call(`/api/models/${encodeURIComponent(name)}/deploy`, "POST"); show(`serving ${name}`); }
+    try { t.deployed = await call(`/api/models/${encodeURIComponent(name)}/deploy`, "POST", target()); show(`serving ${name} ${targetWords()}`); }
     catch (err) { show(String(err.message || err), true); }
     refresh();
   }
 
   const region = initRegion(api, edge, show);
   const cameraOf = () => $("source").value || null;
-  $("source").addEventListener("change", () => region.load(cameraOf()));
+  $("source").addEventListener("change", () => { region.load(cameraOf()); if (t.models) drawModels(); });
   region.load(cameraOf());
   $("teach-dataset").onchange = refresh;
   $("teach-add-class").onclick = async () => {
@@ -341,7 +357,7 @@ export function initTeach(api, edge) {
   $("teach-train").onclick = train;
   $("teach-cancel").onclick = async () => { if (t.job) { try { await call(`/api/training/${t.job.id}`, "DELETE"); } catch (err) { show(String(err.message || err), true); } } };
   $("teach-rollback").onclick = async () => {
-    try { t.deployed = await call("/api/models/rollback", "POST"); show(`rolled back: serving ${t.deployed.model}`); }
+    try { t.deployed = await call("/api/models/rollback", "POST", target()); show(`rolled back ${targetWords()}: serving ${t.deployed.model}`); }
     catch (err) { show(String(err.message || err), true); }
     refresh();
   };

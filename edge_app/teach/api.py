@@ -17,8 +17,10 @@ behind the token when one is set; bad input gets a 4xx with a reason.
                                                              (409 while one runs)
     GET    /api/training/{id}                               progress; DELETE: cancel
     GET    /api/models                                      versions, in use, per-exit held-out accuracy and cost
-    POST   /api/models/{name}/deploy                        swap it in (422 when it fails validation)
-    POST   /api/models/rollback                             back to the model before
+    POST   /api/models/{name}/deploy                        swap it in (422 when it fails validation); {"camera":
+                                                             NAME} (or ?camera=NAME): on that camera only, else
+                                                             as the box's default
+    POST   /api/models/rollback                             back to the model before ({"camera"}: on that camera)
     POST   /api/models/{name}/shadow                        {"source", "seconds"}: answer the live source next to
                                                              the model in use (GET /api/shadow/{id}: where they
                                                              disagree; .../frames/{k}.jpg; POST .../frames/{k}/keep
@@ -205,16 +207,28 @@ async def training_job(request: web.Request, t: Teach) -> web.Response:
 
 
 async def models(request: web.Request, t: Teach) -> web.Response:
-    return web.json_response({"in_use": t.registry.active, "history": t.registry.history(),
-                              "models": t.registry.versions()})
+    return web.json_response(t.models())
+
+
+async def _camera(request: web.Request) -> str | None:
+    """The camera a deploy or roll back is for: ``{"camera": NAME}`` in the body or ``?camera=NAME``; None (no
+    body, no query): the box's default model."""
+    camera = request.query.get("camera")
+    if request.can_read_body:
+        camera = (await _body(request)).get("camera", camera)
+    if camera is not None and not isinstance(camera, str):
+        raise DatasetError("'camera' is a camera's name (GET /status lists them)")
+    return camera
 
 
 async def deploy(request: web.Request, t: Teach) -> web.Response:
-    return web.json_response(await t.deploy(request.match_info["name"]))
+    # ?follow=1: serve it without recording it (serve --workers: worker 0 recorded it already, see edge_app.control)
+    return web.json_response(await t.deploy(request.match_info["name"], await _camera(request),
+                                            record=request.query.get("follow") != "1"))
 
 
 async def rollback(request: web.Request, t: Teach) -> web.Response:
-    return web.json_response(await t.rollback())
+    return web.json_response(await t.rollback(await _camera(request)))
 
 
 async def shadow_start(request: web.Request, t: Teach) -> web.Response:

@@ -18,7 +18,7 @@ from edge_app.teach.frames import DatasetError
 from edge_app.teach.jobs import Trainer
 from edge_app.teach.shadow import Shadows
 from edge_app.teach.store import DatasetStore
-from models.errors import ModelError
+from models.errors import ModelError, RegistryError
 from models.registry import ModelRegistry
 
 log = logging.getLogger(__name__)
@@ -48,22 +48,46 @@ class Teach:
     def sources(self) -> list[dict[str, Any]]:
         return [{"id": e.id, "kind": e.kind, "name": e.name} for e in self.hub.registry.entries()]
 
-    async def deploy(self, name: str, rollback: bool = False) -> dict[str, Any]:
+    async def deploy(self, name: str, camera: str | None = None, rollback: bool = False, record: bool = True
+                     ) -> dict[str, Any]:
+        """Serve ``name`` on ``camera`` only, or as the box's default (``camera`` None); ``record``: write it in
+        the registry's history (another process that already did says False)."""
         async with self._swap:
             folder = self.registry.validate(name)
             try:
-                service = await self.hub.swap_model(folder)
+                model = await self.hub.deploy(name, camera)
             except (ModelError, OSError, ValueError) as exc:
+                if isinstance(exc, RegistryError):
+                    raise
                 raise DatasetError(f"model {name!r} failed validation and was not swapped in: {exc}", 422) from exc
-            if rollback:
-                self.registry.rolled_back()
+            if not record:
+                pass
+            elif rollback:
+                self.registry.rolled_back(camera)
             else:
-                self.registry.deployed(name)
-            log.info("model %s %s", name, "restored (rollback)" if rollback else "deployed")
-            return {"model": name, "classes": service.class_names, "folder": str(folder)}
+                self.registry.deployed(name, camera)
+            where = "" if camera is None else f" on camera {camera}"
+            log.info("model %s %s%s", name, "restored (rollback)" if rollback else "deployed", where)
+            return {"model": name, "camera": camera, "classes": model.class_names, "folder": str(folder)}
 
-    async def rollback(self) -> dict[str, Any]:
-        return await self.deploy(self.registry.previous(), rollback=True)
+    async def rollback(self, camera: str | None = None) -> dict[str, Any]:
+        previous = self.registry.previous(camera)
+        if previous is not None:
+            return await self.deploy(previous, camera, rollback=True)
+        assert camera is not None  # a camera's first deployment rolled back: it serves what the config says again
+        async with self._swap:
+            model = await self.hub.as_configured(camera)
+            self.registry.rolled_back(camera)
+            log.info("camera %s: back to the model its config names (%s)", camera, model.name)
+            return {"model": model.name, "camera": camera, "classes": model.class_names, "folder": str(model.folder)}
+
+    def models(self) -> dict[str, Any]:
+        """Every version; the box's default and its history; each camera's model and its own history."""
+        placement = self.hub.placement
+        return {"in_use": self.registry.active, "history": self.registry.history(),
+                "models": self.registry.versions(),
+                "cameras": {c: {**placement.status(c), "history": self.registry.history(c)}
+                            for c in placement.camera_models}}
 
     def status(self) -> dict[str, Any]:
         job = self.trainer.running

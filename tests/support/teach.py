@@ -1,8 +1,11 @@
-"""HTTP helpers for the teaching tests: a JSON call, and a training job followed until it ends."""
+"""Helpers for the teaching tests: a JSON call, a training job followed until it ends, a model version."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -24,3 +27,15 @@ async def train_job(http: aiohttp.ClientSession, base: str, body: dict[str, Any]
             break
         await asyncio.sleep(0.5)
     return dict(job)
+
+
+def model_version(models_dir: Path, name: str, base: Path) -> Path:
+    """A model version in ``models_dir``: ``base``'s segments with labels of its own (``NAME:label``), so a
+    result's label says which model answered."""
+    folder = models_dir / name
+    shutil.copytree(base, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["class_names"] = [f"{name}:{c}" for c in manifest["class_names"]]
+    manifest["name"] = name
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return folder
