@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from models.triton_runner import TritonRunner
 __all__ = ["Governor", "LoadGovernor", "RemoteGovernor", "governor_for"]
 
 
-async def governor_for(config: AppConfig, folder: Path, policy: ExitPolicy, metrics: Metrics, runner: Any = None
-                       ) -> Governor | None:
+async def governor_for(config: AppConfig, folder: Path, policy: ExitPolicy, metrics: Metrics, runner: Any = None,
+                       executor: Executor | None = None) -> Governor | None:
     """The load-adaptive operating point for the model in ``folder`` (its points solved off the event loop), its
     moves shown in the metrics; the server's, when ``runner`` is a shared Triton's; None with ``[policy]
     adapt_to_load = false``."""
@@ -32,7 +33,7 @@ async def governor_for(config: AppConfig, folder: Path, policy: ExitPolicy, metr
         return None
     if isinstance(runner, TritonRunner):
         return RemoteGovernor(runner, policy, metrics)
-    points = await asyncio.get_running_loop().run_in_executor(None, operating_points, folder, policy)
+    points = await asyncio.get_running_loop().run_in_executor(executor, operating_points, folder, policy)
     governor: LoadGovernor | None = None
 
     def moved(point: OperatingPoint) -> None:

@@ -11,8 +11,11 @@ camera without a model of its own and every browser session uses) is never relea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from concurrent.futures import Executor
+import os
+import threading
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,12 +61,12 @@ class ServedModel:
         engine = Engine(service=service, policy=policy, metrics=metrics, media=media)
         return cls(name, service, policy, describe_served(config.policy, folder, policy), None, engine)
 
-    async def start(self, config: AppConfig, metrics: Metrics) -> None:
+    async def start(self, config: AppConfig, metrics: Metrics, executor: Executor | None = None) -> None:
         """Start the runner (a remote one says at once when its server is not there) and the load governor (its
-        operating points solved off the event loop)."""
+        operating points solved off the event loop, in ``executor``)."""
         self.service.start()
         await self.service.probe()
-        self.governor = await governor_for(config, self.folder, self.policy, metrics, self.service)
+        self.governor = await governor_for(config, self.folder, self.policy, metrics, self.service, executor)
         self.engine = Engine(service=self.service, policy=self.policy, metrics=metrics, media=self.engine.media,
                              load=self.governor)
 
@@ -76,6 +79,11 @@ class ServedModel:
                 "policy": self.policy.name, "users": sorted(self.users), "load_s": round(self.loaded_s, 3)}
 
 
+def _lower_priority() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # Linux: a thread's own nice value
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
 class ModelSet:
     """Every model the box serves, by name; see the module's docstring."""
 
@@ -84,6 +92,9 @@ class ModelSet:
         self.models: dict[str, ServedModel] = {}
         self.default = ""  # the box's default model's name
         self._loading: dict[str, asyncio.Task[ServedModel]] = {}
+        # loads run in a thread of their own at a lower CPU priority: the pipelines of the cameras being served
+        # come first on a box with few cores
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="model-load", initializer=_lower_priority)
 
     def add(self, model: ServedModel, default: bool = False) -> None:
         self.models[model.name] = model
@@ -116,12 +127,12 @@ class ModelSet:
         folder = self.registry.validate(name)
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        backend = await loop.run_in_executor(None, load_backend, "onnxruntime", folder, m.providers, m.threads,
-                                             m.warmup_runs, m.cuda_device)
+        backend = await loop.run_in_executor(self._loader, load_backend, "onnxruntime", folder, m.providers,
+                                             m.threads, m.warmup_runs, m.cuda_device)
         service = InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
-        model = await loop.run_in_executor(None, ServedModel.make, self.config, name, service, self.metrics,
+        model = await loop.run_in_executor(self._loader, ServedModel.make, self.config, name, service, self.metrics,
                                            self.media)  # a policy refitted in memory takes a while
-        await model.start(self.config, self.metrics)
+        await model.start(self.config, self.metrics, self._loader)
         model.loaded_s = loop.time() - t0
         log.info("model %s loaded from %s in %.2f s (%d classes, policy %s)", name, folder, model.loaded_s,
                  len(model.class_names), model.policy.name)
@@ -148,6 +159,7 @@ class ModelSet:
 
     async def stop(self) -> None:
         await asyncio.gather(*(m.stop() for m in self.models.values()), return_exceptions=True)
+        self._loader.shutdown(wait=False, cancel_futures=True)
 
     def status(self) -> list[dict[str, Any]]:
         return [{**m.status(), "default": name == self.default} for name, m in self.models.items()]

@@ -161,6 +161,13 @@ def cmd_bench_slow_device(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_models(args: argparse.Namespace) -> int:
+    from edge_app.bench.models import bench_models
+
+    print(bench_models(args.config, model_dir(args), args.loads, args.extra))
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     if plots_missing():
         return 2
@@ -415,6 +422,12 @@ def add_tool_commands(sub: Any) -> None:
     sd.add_argument("--seconds", type=float, default=120.0)
     sd.add_argument("--fps", type=float, default=30.0)
     sd.set_defaults(func=cmd_bench_slow_device)
+    bm = sub.add_parser("bench-models", help="every camera its own model: memory per extra model, and the other "
+                        "cameras' p99 latency while a model loads")
+    model_args(bm)
+    bm.add_argument("--loads", type=int, default=30, help="deploys on the third camera")
+    bm.add_argument("--extra", type=int, default=4, help="extra models loaded and kept for the memory figure")
+    bm.set_defaults(func=cmd_bench_models)
     bp = sub.add_parser("bench-policy", help="per-frame decision overhead of each policy vs segment cost")
     model_args(bp)
     bp.add_argument("--frames", type=int, default=2000)
