@@ -26,7 +26,7 @@ from models.costs import RunningCost
 from models.policies import ExitPolicy
 from models.preprocess import Region, crop_region
 from models.runtime import ExitResult
-from models.service import InferenceService
+from models.service import Runner
 from models.video import change, thumbnail
 from streams.frames import SourceFrame
 from streams.netstats import ArrivalDelay
@@ -69,7 +69,7 @@ def reused_decision(sm: Smoothed, compute_budget_ms: float) -> FrameDecision:
 
 
 class Decider:
-    def __init__(self, source: str, service: InferenceService, policy: ExitPolicy, settings: PipelineSettings,
+    def __init__(self, source: str, service: Runner, policy: ExitPolicy, settings: PipelineSettings,
                  reliability: list[float], load: Governor | None = None) -> None:
         self.source = source
         self.load = load  # the operating point for each frame, from the arrival rate (None: ``policy`` always)

@@ -25,18 +25,13 @@ def load_runtime(cfg: AppConfig, threads: int | None = None, folder: Path | None
 
 
 def inference_service(cfg: AppConfig):  # type: ignore[no-untyped-def]
-    """The configured backend inside the inference service the app's pipelines share."""
-    from models.service import InferenceService, load_backend
+    """The box's default model in the runner ``[model.backend] kind`` names (``models.runners``)."""
+    from models.runners import make_runner
+    from models.service import load_backend
 
     m = cfg.model
     backend = load_backend("onnxruntime", deployed_model(cfg), m.providers, m.threads, m.warmup_runs, m.cuda_device)
-    if m.backend.kind == "triton":
-        from models.triton_runner import TritonRunner
-
-        t = m.backend
-        return TritonRunner(backend, t.url, t.model_name, t.timeout_s, t.fallback, m.workers, m.cost_window,
-                            t.shared_memory, t.access_token, fallback_max_exit=t.fallback_max_exit)
-    return InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
+    return make_runner(m.backend.kind, backend, m.model_dump())
 
 
 def deployed_model(cfg: AppConfig) -> Path:

@@ -37,7 +37,7 @@ from edge_app.signalling import AnswerPlan, PlanRefused, offered_lines, plan_ans
 from edge_app.sources import configured
 from models.errors import ModelError, RegistryError
 from models.registry import ModelRegistry
-from models.service import InferenceService
+from models.service import Runner
 from streams import aiortc_adapter as rtc
 from streams.frames import LatestSlot, SourceFrame
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot
@@ -61,7 +61,7 @@ class OfferRefused(EdgeAppError):
 
 
 class Hub:
-    def __init__(self, config: AppConfig, service: InferenceService, metrics: Metrics) -> None:
+    def __init__(self, config: AppConfig, service: Runner, metrics: Metrics) -> None:
         self.config = config
         self.metrics = metrics
         self.media = ThreadPoolExecutor(config.model.workers, thread_name_prefix="media")

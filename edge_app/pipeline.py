@@ -33,7 +33,7 @@ from edge_app.tally import FrameTally
 from models.errors import SegmentRunError
 from models.policies import ExitPolicy
 from models.preprocess import Region, region_box
-from models.service import InferenceService
+from models.service import Runner
 from streams.frames import Broadcast, LatestSlot, SlotClosed, SourceFrame
 from streams.stamp import read_stamp
 from streams.tasks import cancel_and_wait
@@ -47,7 +47,7 @@ Subscriber = Callable[[AnalysedFrame], None]
 class Engine:
     """What every pipeline of the app shares: the inference service, the exit policy, metrics, media threads."""
 
-    service: InferenceService
+    service: Runner
     policy: ExitPolicy
     metrics: Metrics
     media: Executor  # conversion, pre-processing and RENDER: CPU work that must stay off the event loop

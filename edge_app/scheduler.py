@@ -21,7 +21,7 @@ from edge_app.smoothing import depth_window
 from models.policies import ExitPolicy
 from models.policy_store import configured_policy, describe_policy
 from models.runtime import ExitResult
-from models.service import ChainOutcome, ChainRequest, InferenceService
+from models.service import ChainOutcome, ChainRequest, Runner
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ MIN_WAIT_MS = 2.0  # a frame already out of budget still gets a chance at a remo
 class FrameScheduler:
     """One source's scheduler: plans each frame's depth from its budget, submits it to the inference service."""
 
-    def __init__(self, service: InferenceService, policy: ExitPolicy, max_depth_step: int | None = None,
+    def __init__(self, service: Runner, policy: ExitPolicy, max_depth_step: int | None = None,
                  truncate: bool = True, source: str = "") -> None:
         self.service = service
         self.source = source  # named in each request (a shared server's governor counts its frames per source)

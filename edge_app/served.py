@@ -28,7 +28,8 @@ from edge_app.scheduler import describe_served, policy_from_config
 from models.errors import ModelError
 from models.policies import ExitPolicy
 from models.registry import ModelRegistry
-from models.service import InferenceService, load_backend
+from models.runners import make_runner
+from models.service import Runner, load_backend
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class ServedModel:
     name: str
-    service: InferenceService
+    service: Runner
     policy: ExitPolicy
     policy_info: dict[str, object]
     governor: Governor | None
@@ -53,7 +54,7 @@ class ServedModel:
         return self.service.class_names
 
     @classmethod
-    def make(cls, config: AppConfig, name: str, service: InferenceService, metrics: Metrics, media: Executor
+    def make(cls, config: AppConfig, name: str, service: Runner, metrics: Metrics, media: Executor
              ) -> ServedModel:
         """The room for ``service``: its policy from ``[policy]``; ``start`` starts it and adds its governor."""
         folder = service.backend.folder
@@ -129,7 +130,7 @@ class ModelSet:
         t0 = loop.time()
         backend = await loop.run_in_executor(self._loader, load_backend, "onnxruntime", folder, m.providers,
                                              m.threads, m.warmup_runs, m.cuda_device)
-        service = InferenceService(backend, m.workers, m.cost_window, m.batch_window_ms, m.max_batch)
+        service = make_runner(m.backend.kind, backend, m.model_dump())
         model = await loop.run_in_executor(self._loader, ServedModel.make, self.config, name, service, self.metrics,
                                            self.media)  # a policy refitted in memory takes a while
         await model.start(self.config, self.metrics, self._loader)

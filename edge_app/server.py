@@ -31,7 +31,7 @@ from edge_app.stallwatch import StallWatch
 from edge_app.teach.api import add_routes as add_teach_routes
 from edge_app.teach.state import TEACH_KEY
 from models.registry import ModelRegistry
-from models.service import InferenceService
+from models.service import Runner
 from streams.aiortc_adapter import check_internals_at_start
 from streams.redact import add_secret, add_url_secrets
 from streams.rtc_settings import machine_host_addresses, restrict_host_addresses
@@ -56,7 +56,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return json_error(exc.status, reason, {k: v for k, v in exc.headers.items() if k in ("Allow", "Retry-After")})
 
 
-def model_status(service: InferenceService) -> dict[str, Any]:
+def model_status(service: Runner) -> dict[str, Any]:
     rt = service.backend
     m = rt.manifest
     return {
@@ -75,7 +75,7 @@ def model_status(service: InferenceService) -> dict[str, Any]:
             for ex, c in zip(m.exits, service.costs, strict=True)
         ],
         "check": _check_summary(rt.folder),
-        "runner": service.status() if hasattr(service, "status") else {"kind": "onnxruntime", "state": "up"},
+        "runner": service.status(),
     }
 
 
@@ -162,7 +162,7 @@ def register_secrets(cfg: AppConfig, tokens: Tokens) -> None:
         add_url_secrets(hook.url)
 
 
-def create_app(config: AppConfig, service: InferenceService, tokens: Tokens | None = None) -> web.Application:
+def create_app(config: AppConfig, service: Runner, tokens: Tokens | None = None) -> web.Application:
     """The application around the inference ``service`` (started and stopped with it); ``tokens`` (default:
     ``effective_tokens(config)``) guard all but the page and /healthz, and say who is an operator."""
     tokens = effective_tokens(config) if tokens is None else tokens

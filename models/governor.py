@@ -47,6 +47,35 @@ def smooth_into(per_source: dict[str, float], source: str, ms: float) -> None:
     per_source[source] = ms if old is None else 0.9 * old + 0.1 * ms
 
 
+class ServerLoad:
+    """A remote runner's side of a shared server's load governor: what this process tells it with each frame (each
+    source's own work per frame, the frames dropped behind busy pipelines) and what it last answered (``answer``:
+    the operating point, the load, the arrival rate). ``edge_app.governor.RemoteGovernor`` reports into it; the
+    runner reads it when it sends a frame (``models.triton_runner``)."""
+
+    def __init__(self) -> None:
+        self.governed = False  # frames carry their source (the server governs them) once a governor says so
+        self.own_ms: dict[str, float] = {}  # per source: its pipeline's own work per frame (EWMA)
+        self._dropped = 0  # since the last frame sent
+        self.answer: dict[str, Any] = {"index": None}
+
+    def govern(self) -> None:
+        self.governed = True
+
+    def own_work(self, source: str, ms: float) -> None:
+        smooth_into(self.own_ms, source, ms)
+
+    def dropped(self) -> None:
+        self._dropped += 1
+
+    def take_dropped(self) -> int:
+        n, self._dropped = self._dropped, 0
+        return n
+
+    def forget(self, source: str) -> None:
+        self.own_ms.pop(source, None)
+
+
 class LoadGovernor:
     RATE_WINDOW_S = 1.0  # arrival rate over this long, per source
     EVERY_S = 0.1  # re-evaluated at most this often

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +26,7 @@ import numpy as np
 
 from models.costs import RunningCost
 from models.errors import ModelError, SegmentRunError
+from models.governor import ServerLoad
 from models.manifest import Manifest
 from models.policies import ExitPolicy
 from models.runtime import ExitResult, ModelRuntime
@@ -50,6 +51,9 @@ class InferenceBackend(Protocol):
 
     @property
     def prior_costs_ms(self) -> list[float]: ...
+
+    @property
+    def batchable(self) -> bool: ...  # its segments take a batch of frames (a dynamic batch axis)
 
     def preprocess(self, rgb: np.ndarray) -> np.ndarray: ...
 
@@ -92,8 +96,40 @@ class ChainOutcome:
     queue_ms: float = 0.0  # waited beyond the segments (a remote runner: the round trip and the server's queue)
 
 
+class Runner(Protocol):
+    """The runner contract: what the app asks of whatever runs a model's chain (chosen by name, ``[model.backend]
+    kind``: ``models.runners``). The local one is ``InferenceService``; ``models.triton_runner.TritonRunner`` sends
+    frames to a shared Triton and answers the same way."""
+
+    backend: InferenceBackend  # the model: manifest, classes, pre-processing (a remote runner's cheap path too)
+    costs: list[RunningCost]  # each segment's measured cost, as the scheduler's deadline truncation reads it
+    server_load: ServerLoad | None  # a shared server's load governor (None: the box governs its own load)
+
+    @property
+    def num_exits(self) -> int: ...
+
+    @property
+    def class_names(self) -> list[str]: ...
+
+    def predicted_costs_ms(self) -> list[float]: ...
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def probe(self) -> bool: ...
+
+    async def run(self, request: ChainRequest) -> ChainOutcome: ...
+
+    def run_now(self, request: ChainRequest) -> ChainOutcome: ...
+
+    def status(self) -> dict[str, Any]: ...  # /status model.runner: kind, state, and what it counted
+
+
 class InferenceService:
     """Runs frames' chains on one backend in ``workers`` threads; ``start()`` / ``async stop()``."""
+
+    server_load: ServerLoad | None = None  # this box governs its own load (edge_app.governor.LoadGovernor)
 
     def __init__(self, backend: InferenceBackend, workers: int = 1, cost_window: int = 256,
                  batch_window_ms: float = 0.0, max_batch: int = 32) -> None:
@@ -122,7 +158,7 @@ class InferenceService:
     @property
     def batching(self) -> bool:
         """Frames from all sources are gathered for ``batch_window_ms`` and run as one batch per segment."""
-        return self.batch_window_s > 0 and bool(getattr(self.backend, "batchable", False))
+        return self.batch_window_s > 0 and self.backend.batchable
 
     def predicted_costs_ms(self) -> list[float]:
         """What each segment is expected to cost at worst (the running high percentile; a batch's wall time when
@@ -139,6 +175,9 @@ class InferenceService:
     async def probe(self) -> bool:
         """Whether the runner can answer now (a remote one says in a line when it cannot); local: always."""
         return True
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": "onnxruntime", "state": "up" if self._pool is not None else "stopped"}
 
     async def stop(self) -> None:
         if self._flush is not None:
@@ -251,3 +290,9 @@ class InferenceService:
                 break
         # the policy observed every exit that ran (also those the depth window forced), so its choice stands
         return ChainOutcome(tuple(run.results), decide.choice, (time.perf_counter() - t0) * 1e3, error)
+
+
+def local_runner(backend: InferenceBackend, settings: Mapping[str, Any]) -> InferenceService:
+    """``[model.backend] kind = "onnxruntime"``: the model runs in this process (``models.runners``)."""
+    return InferenceService(backend, settings["workers"], settings["cost_window"], settings["batch_window_ms"],
+                            settings["max_batch"])

@@ -31,12 +31,14 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from models.costs import RunningCost
 from models.errors import SegmentRunError
+from models.governor import ServerLoad
 from models.policies import ExitPolicy
 from models.policy_wire import encode_policy, policy_key
 from models.runtime import ExitResult
@@ -74,13 +76,8 @@ class TritonRunner(InferenceService):
         self._encoded: dict[int, tuple[ExitPolicy, str, bytes]] = {}  # id(policy) -> (policy, key, blob)
         self._known: set[str] = set()  # keys this server has acknowledged
         self.batch_sizes: dict[int, int] = {}  # frames answered, by the size of the Triton batch they ran in
-        # the server's load governor (``edge_app.governor.RemoteGovernor`` sets governed): what this process tells
-        # it with each frame, and what it last said
-        self.governed = False
         self.client_id = f"{socket.gethostname()}:{os.getpid()}"
-        self.own_ms: dict[str, float] = {}  # per source: its pipeline's own work per frame (EWMA)
-        self.dropped = 0  # frames dropped behind busy pipelines since the last frame sent
-        self.governor: dict[str, Any] = {"index": None}
+        self.server_load: ServerLoad = ServerLoad()  # what the server's governor is told with each frame, and answered
 
     def predicted_costs_ms(self) -> list[float]:
         costs = super().predicted_costs_ms()
@@ -252,10 +249,11 @@ class TritonRunner(InferenceService):
     def _governed_inputs(self, grpcclient: Any, source: str) -> list[Any]:
         """The frame's source for the server's governor (empty: not governed, the policy as sent), its own work per
         frame, and the drops since the last frame (sent once)."""
-        name = f"{self.client_id}/{source}".encode() if self.governed and source else b""
-        dropped, self.dropped = (self.dropped, 0) if name else (0, self.dropped)
+        load = self.server_load
+        name = f"{self.client_id}/{source}".encode() if load.governed and source else b""
+        dropped = load.take_dropped() if name else 0
         return [tensor(grpcclient, "source", np.array([[name]], dtype=object), "BYTES"),
-                tensor(grpcclient, "own_ms", np.array([[self.own_ms.get(source, 0.0)]], np.float32), "FP32"),
+                tensor(grpcclient, "own_ms", np.array([[load.own_ms.get(source, 0.0)]], np.float32), "FP32"),
                 tensor(grpcclient, "dropped", np.array([[dropped]], np.int32), "INT32")]
 
     def _outcome(self, res: Any, round_trip_ms: float) -> ChainOutcome:
@@ -276,7 +274,7 @@ class TritonRunner(InferenceService):
         error = bytes(res.as_numpy("error")[0][0]).decode() or None
         point = int(res.as_numpy("point")[0][0])
         if point >= 0:
-            self.governor = {"index": point, "load": round(float(res.as_numpy("load")[0][0]), 3),
+            self.server_load.answer = {"index": point, "load": round(float(res.as_numpy("load")[0][0]), 3),
                              "arrival_fps": round(float(res.as_numpy("arrival_fps")[0][0]), 1)}
         return ChainOutcome(tuple(results), int(res.as_numpy("choice")[0][0]), compute, error, queue_ms=queue)
 
@@ -286,3 +284,11 @@ class TritonRunner(InferenceService):
                 "fallback": f"here, up to exit {self.fallback_max_exit}" if self.fallback else None,
                 "round_trip_beyond_compute_p95_ms": round(self.overhead.high_ms, 2),
                 "health_checks": self.health_checks, **self.counts}
+
+
+def triton_runner(backend: InferenceBackend, settings: Mapping[str, Any]) -> TritonRunner:
+    """``[model.backend] kind = "triton"``: frames go to a shared Triton (``models.runners``)."""
+    t = settings["backend"]
+    return TritonRunner(backend, t["url"], t["model_name"], t["timeout_s"], t["fallback"], settings["workers"],
+                        settings["cost_window"], t["shared_memory"], t["access_token"],
+                        fallback_max_exit=t["fallback_max_exit"])

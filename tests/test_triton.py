@@ -328,11 +328,11 @@ async def test_the_shared_servers_governor_sees_every_boxs_frames(tmp_path: Path
         for i in range(int(seconds * fps)):
             await runner.run(ChainRequest(xs[i % len(xs)], policy, 1, 3, timeout_s=0.5, source=name))
             if runner is a:
-                seen.append((time.monotonic(), "a", dict(a.governor)))
+                seen.append((time.monotonic(), "a", dict(a.server_load.answer)))
             await asyncio.sleep(max(0.0, t0 + (i + 1) / fps - time.monotonic()))
 
     for r in (a, b):
-        r.governed = True
+        r.server_load.govern()
         r.start()
     try:
         await camera(a, "cam", 5.0, 1.0)  # its points solved on the first frame
@@ -347,7 +347,7 @@ async def test_the_shared_servers_governor_sees_every_boxs_frames(tmp_path: Path
     shared = [g for t, _, g in seen if t0 + 2.0 <= t < t0 + 4.0]
     after = [g for t, _, g in seen if t >= t0 + 8.0]
     print(f"server governor, A's view: alone {alone[-1]}; while B sends {shared[-1]} (indices "
-          f"{sorted({g['index'] for g in shared})}); after {after[-1]}; B's last {b.governor}")
+          f"{sorted({g['index'] for g in shared})}); after {after[-1]}; B's last {b.server_load.answer}")
     assert a.counts["remote"] == len(seen) and a.counts["cheap_path"] == 0
     assert alone[-1]["index"] == 0 and alone[-1]["arrival_fps"] <= 10
     assert all(g["arrival_fps"] >= 60 for g in shared), "the server counts both boxes' frames"

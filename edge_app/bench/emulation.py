@@ -40,6 +40,10 @@ class EmulatedDevice:
         log.warning("emulated device: segments padded to %s ms", [round(ms, 2) for ms in self.pad_ms])
 
     @property
+    def batchable(self) -> bool:
+        return False  # one frame per call: the padding emulates one frame's segment time
+
+    @property
     def device_name(self) -> str:
         return f"{self.runtime.device_name} (emulated: {'/'.join(f'{ms:g}' for ms in self.pad_ms)} ms)"
 
