@@ -44,6 +44,18 @@ def top_level_imports(path: Path) -> set[str]:
     return {m for m in out if m.split(".")[0] in PACKAGES}
 
 
+def every_import(path: Path) -> set[str]:
+    """Project modules imported anywhere in the module, function-level (lazy) imports included, and the modules
+    named by ``from PACKAGE import module``."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return {m for m in out if m.split(".")[0] in PACKAGES}
+
+
 def all_modules() -> dict[str, Path]:
     return {module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
 
@@ -75,6 +87,13 @@ def test_imports_run_one_way_without_cycles() -> None:
         if m.split(".")[0] in ("models", "streams", "exporter"):
             text = p.read_text()
             assert "from edge_app" not in text and "import edge_app" not in text, m
+    # no cycle, lazy imports included: a function-level import that closes a circle only hides it until it runs
+    lazy = {m: {i for i in every_import(p) if i in modules and i != m} for m, p in modules.items()}
+    for g in (graph, lazy):
+        assert_no_cycle(g)
+
+
+def assert_no_cycle(graph: dict[str, set[str]]) -> None:
     seen: dict[str, int] = {}
 
     def visit(m: str, stack: list[str]) -> None:
@@ -88,6 +107,23 @@ def test_imports_run_one_way_without_cycles() -> None:
 
     for m in sorted(graph):
         visit(m, [])
+
+
+def test_the_cycle_check_sees_a_lazy_import() -> None:
+    """A circle closed by a function-level import (as control and control_teach once were) is found."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp) / "a.py", Path(tmp) / "b.py"
+        a.write_text("from edge_app import b\n")
+        b.write_text("def f():\n    from edge_app import a\n")
+        graph = {"edge_app.a": every_import(a) & {"edge_app.b"}, "edge_app.b": every_import(b) & {"edge_app.a"}}
+    try:
+        assert_no_cycle(graph)
+    except AssertionError as exc:
+        assert "edge_app.a -> edge_app.b -> edge_app.a" in str(exc)
+    else:
+        raise AssertionError("the lazy circle was not found")
 
 
 def test_modules_and_serve_path_functions_stay_small() -> None:
