@@ -21,7 +21,7 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 
 from edge_app import protocol
 from edge_app.config import AppConfig
-from edge_app.decide import PipelineSettings
+from edge_app.decision.decide import PipelineSettings
 from edge_app.errors import EdgeAppError
 from edge_app.fanout import CameraVideo
 from edge_app.ingest import BrowserIngest

@@ -1,7 +1,7 @@
 """One source's analysis loop, in stages: newest frame -> DECIDE -> (RENDER, only if wanted) -> subscribers.
 
 ``AnalysisPipeline`` takes frames from a ``LatestSlot`` (a browser's track or an RTSP camera).  DECIDE
-(``edge_app.decide``) prepares the frame in a media thread, works out its compute budget from the network view
+(``edge_app.decision.decide``) prepares the frame in a media thread, works out its compute budget from the network view
 its viewers supply, submits it to the one inference service and smooths the answer.  RENDER
 (``edge_app.annotate.render``: overlay and I420, in a media thread) runs only while some subscriber asked for
 video; a source watched only through data channels is never annotated or converted.  Each ``AnalysedFrame`` goes
@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 
 from edge_app.annotate import Overlay, render
-from edge_app.decide import Decider, PipelineSettings, PreparedFrame
-from edge_app.governor import Governor
+from edge_app.decision.decide import Decider, PipelineSettings, PreparedFrame
+from edge_app.decision.governor import Governor
+from edge_app.decision.scheduler import FrameDecision
+from edge_app.decision.smoothing import Smoothed
+from edge_app.decision.tally import FrameTally
 from edge_app.metrics import Metrics
 from edge_app.results import AnalysedFrame, FrameResult, NetworkView
-from edge_app.scheduler import FrameDecision
-from edge_app.smoothing import Smoothed
-from edge_app.tally import FrameTally
 from models.errors import SegmentRunError
 from models.policies import ExitPolicy
 from models.preprocess import Region, region_box

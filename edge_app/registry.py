@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edge_app.budget import send_time_ms, worst_network
+from edge_app.decision.budget import send_time_ms, worst_network
 from edge_app.pipeline import AnalysisPipeline
 from edge_app.results import NetworkView
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
-from edge_app.budget import Budget
+from edge_app.decision.budget import Budget
 from streams.netstats import NetworkEstimate
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from edge_app.config import AppConfig
-from edge_app.governor import Governor, governor_for
+from edge_app.decision.governor import Governor, governor_for
+from edge_app.decision.scheduler import describe_served, policy_from_config
 from edge_app.metrics import Metrics
 from edge_app.pipeline import Engine
-from edge_app.scheduler import describe_served, policy_from_config
 from models.errors import ModelError
 from models.policies import ExitPolicy
 from models.registry import ModelRegistry

@@ -1,5 +1,5 @@
-"""The load-adaptive operating point (the decision; ``edge_app.governor`` wires it into the app, and the Triton host
-runs one for all its clients): every frame's compute leaves room for the frames behind it.
+"""The load-adaptive operating point (the decision; ``edge_app.decision.governor`` wires it into the app, and the
+Triton host runs one for all its clients): every frame's compute leaves room for the frames behind it.
 
 Each source's frames arrive at some rate; the inference threads and each source's own pipeline (which analyses
 one frame at a time) have only so much time per frame. The governor keeps each source's arrival rate (the last
@@ -50,7 +50,7 @@ def smooth_into(per_source: dict[str, float], source: str, ms: float) -> None:
 class ServerLoad:
     """A remote runner's side of a shared server's load governor: what this process tells it with each frame (each
     source's own work per frame, the frames dropped behind busy pipelines) and what it last answered (``answer``:
-    the operating point, the load, the arrival rate). ``edge_app.governor.RemoteGovernor`` reports into it; the
+    the operating point, the load, the arrival rate). ``edge_app.decision.governor.RemoteGovernor`` reports into it; the
     runner reads it when it sends a frame (``models.triton_runner``)."""
 
     def __init__(self) -> None:

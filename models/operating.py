@@ -4,7 +4,7 @@ accuracy and the expected cost per frame it has on the calibration traces.
 The fitted chain predicts what each lam costs (``replay_index`` on the calibration traces: the cost is exactly
 what the policy would spend there), so when frames arrive faster than the box can take them at the fitted lam,
 the app can move to a cheaper point it knows the price of, and back when the load falls
-(``edge_app.governor``). Point 0 is the model's own policy (``policy.json``); later points are cheaper.
+(``edge_app.decision.governor``). Point 0 is the model's own policy (``policy.json``); later points are cheaper.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class Runner(Protocol):
 class InferenceService:
     """Runs frames' chains on one backend in ``workers`` threads; ``start()`` / ``async stop()``."""
 
-    server_load: ServerLoad | None = None  # this box governs its own load (edge_app.governor.LoadGovernor)
+    server_load: ServerLoad | None = None  # this box governs its own load (edge_app.decision.governor.LoadGovernor)
 
     def __init__(self, backend: InferenceBackend, workers: int = 1, cost_window: int = 256,
                  batch_window_ms: float = 0.0, max_batch: int = 32) -> None:

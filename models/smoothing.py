@@ -3,7 +3,7 @@
 ``TemporalSmoother``: an exponential moving average of the class distribution in which each analysed frame counts
 in proportion to how reliable its exit is (``reliability[k]``, e.g. each exit's test accuracy relative to the
 best), with hysteresis on the shown label: it changes only when another class leads the shown one by
-``hysteresis``. The serve path smooths every source's answers with it (``edge_app.decide``), and the offline
+``hysteresis``. The serve path smooths every source's answers with it (``edge_app.decision.decide``), and the offline
 replay of a policy on video (``models.video``) with the same code, so what is fitted is what is served.
 """
 

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from edge_app.config import PolicyConfig
-from edge_app.scheduler import policy_from_config
+from edge_app.decision.scheduler import policy_from_config
 from models.runtime import ModelRuntime
 from models.service import ChainRequest, InferenceService
 

@@ -47,7 +47,7 @@ def test_codec_traces_are_listed_and_the_policy_is_fitted_on_them(tiny_model_fol
                                                                   demo_data_dir: Path, tmp_path: Path) -> None:
     from edge_app.bench.codec_traces import write_codec_traces
     from edge_app.config import PolicyConfig
-    from edge_app.scheduler import policy_from_config
+    from edge_app.decision.scheduler import policy_from_config
     from models.policy_store import fit_policy
     from models.runtime import ModelRuntime
 

@@ -13,13 +13,13 @@ import pytest
 
 from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig, ModelConfig
-from edge_app.decide import PipelineSettings
-from edge_app.governor import LoadGovernor
+from edge_app.decision.decide import PipelineSettings
+from edge_app.decision.governor import LoadGovernor
+from edge_app.decision.scheduler import policy_from_config
 from edge_app.metrics import Metrics
 from edge_app.peer.monitor import JSON_RESULT_BYTES
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import AnalysedFrame, NetworkView
-from edge_app.scheduler import policy_from_config
 from edge_app.sources import DEMO_FRAMES
 from models.operating import OperatingPoint, operating_points
 from models.runtime import ModelRuntime

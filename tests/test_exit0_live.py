@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from edge_app.config import AppConfig, ModelConfig
-from edge_app.decide import PipelineSettings
+from edge_app.decision.decide import PipelineSettings
+from edge_app.decision.scheduler import policy_from_config
 from edge_app.metrics import Metrics
 from edge_app.peer.monitor import JSON_RESULT_BYTES
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import AnalysedFrame, NetworkView
-from edge_app.scheduler import policy_from_config
 from edge_app.sources import DEMO_FRAMES
 from models.runtime import ModelRuntime
 from models.service import InferenceService

@@ -24,7 +24,7 @@ from test_live_session import VideoFileTrack, collect, connect
 
 from edge_app.bench.testvideo import LabelledVideo
 from edge_app.config import AppConfig
-from edge_app.scheduler import FrameScheduler
+from edge_app.decision.scheduler import FrameScheduler
 from models.errors import SegmentRunError
 from models.policies import FixedExit
 from models.runtime import ModelRuntime

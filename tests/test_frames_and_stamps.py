@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edge_app.annotate import Overlay, annotate
-from edge_app.budget import expected_frame_bytes, frame_budget, worst_network
+from edge_app.decision.budget import expected_frame_bytes, frame_budget, worst_network
 from streams.frames import Broadcast, LatestSlot, SlotClosed
 from streams.rtsp import Backoff
 from streams.stamp import column_width, draw_stamp, read_stamp

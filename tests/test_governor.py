@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from edge_app.config import PolicyConfig
-from edge_app.governor import LoadGovernor
-from edge_app.scheduler import policy_from_config
+from edge_app.decision.governor import LoadGovernor
+from edge_app.decision.scheduler import policy_from_config
 from models.operating import OperatingPoint, operating_points
 from models.policies import FixedExit
 

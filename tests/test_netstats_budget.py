@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edge_app.budget import frame_budget, horizon, late_uplink_ms, send_time_ms
+from edge_app.decision.budget import frame_budget, horizon, late_uplink_ms, send_time_ms
 from streams.netstats import ArrivalDelay, BitrateEstimator, RttEstimator, snapshot
 
 

@@ -14,11 +14,11 @@ import pytest
 
 from edge_app import protocol
 from edge_app.config import AppConfig, BudgetConfig, PolicyConfig, SmoothingConfig
-from edge_app.decide import PipelineSettings
+from edge_app.decision.decide import PipelineSettings
+from edge_app.decision.scheduler import policy_from_config
 from edge_app.metrics import Metrics
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import AnalysedFrame, NetworkView
-from edge_app.scheduler import policy_from_config
 from models.runtime import ModelRuntime
 from models.service import InferenceService
 from streams.frames import LatestSlot, SourceFrame

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edge_app.bench.emulation import EmulatedDevice
-from edge_app.scheduler import FrameScheduler
+from edge_app.decision.scheduler import FrameScheduler
 from models.policies import ConfidenceThreshold, FixedExit
 from models.policy_store import load_policy
 from models.runtime import ModelRuntime

@@ -45,7 +45,7 @@ async def test_page_health_and_status(base_url: str) -> None:
 
 def test_status_names_each_policy_as_served() -> None:
     from edge_app.config import PolicyConfig
-    from edge_app.scheduler import describe_served, policy_from_config
+    from edge_app.decision.scheduler import describe_served, policy_from_config
 
     model = REPO / "models" / "default"
     for cfg, want in ((PolicyConfig(kind="dynamic-index"), {"kind": "dynamic-index", "min_exit": 1}),

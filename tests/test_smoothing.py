@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_app.smoothing import TemporalSmoother, depth_window, flicker_stats
+from edge_app.decision.smoothing import TemporalSmoother, depth_window, flicker_stats
 
 
 def p(label: int, conf: float, c: int = 3) -> np.ndarray:

@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 
 from edge_app.config import AppConfig, PolicyConfig
-from edge_app.scheduler import policy_from_config
+from edge_app.decision.scheduler import policy_from_config
 from models.runtime import ModelRuntime
 from models.service import ChainRequest, InferenceService
 

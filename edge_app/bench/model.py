@@ -107,8 +107,8 @@ def governor_cost(folder: Path, costs_ms: list[float], frames: int = 3000, fps: 
     ``EVERY_S``), and what re-solving the dynamic index for new segment costs takes (``build_policy``; done in a
     worker thread when the shares move, at most every ``RESOLVE_EVERY_S``)."""
     from edge_app.config import PolicyConfig
-    from edge_app.governor import LoadGovernor
-    from edge_app.scheduler import policy_from_config
+    from edge_app.decision.governor import LoadGovernor
+    from edge_app.decision.scheduler import policy_from_config
     from models.fit import build_policy, fit_chain
     from models.folder import load_traces, policy_meta
     from models.manifest import read_manifest

@@ -1,5 +1,5 @@
 """``edge-app bench-overload``: more streams than full depth allows, with a fixed operating point and with the
-load-adaptive one (``edge_app.governor``), in one run.
+load-adaptive one (``edge_app.decision.governor``), in one run.
 
 S built-in demo cameras (labelled frames, 30 fps each) feed the real analysis pipelines, sharing one inference
 thread on an emulated slower device (segments padded to ``--segment-ms``: the padding is a sleep, so the CPU
@@ -17,13 +17,13 @@ from typing import Any
 
 from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig
-from edge_app.decide import PipelineSettings
-from edge_app.governor import LoadGovernor
+from edge_app.decision.decide import PipelineSettings
+from edge_app.decision.governor import LoadGovernor
+from edge_app.decision.scheduler import policy_from_config
 from edge_app.metrics import Metrics
 from edge_app.peer.monitor import JSON_RESULT_BYTES
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import NetworkView
-from edge_app.scheduler import policy_from_config
 from edge_app.sources import DEMO_FRAMES
 from models.operating import operating_points
 from models.runtime import ModelRuntime

@@ -24,12 +24,12 @@ from edge_app.bench.clips import ClipSpec, render
 from edge_app.bench.codec_traces import demo_split
 from edge_app.bench.emulation import EmulatedDevice
 from edge_app.config import AppConfig, ModelConfig, PolicyConfig
-from edge_app.decide import PipelineSettings
+from edge_app.decision.decide import PipelineSettings
+from edge_app.decision.scheduler import policy_from_config
 from edge_app.metrics import Metrics
 from edge_app.peer.monitor import JSON_RESULT_BYTES
 from edge_app.pipeline import AnalysisPipeline, Engine
 from edge_app.results import AnalysedFrame, NetworkView
-from edge_app.scheduler import policy_from_config
 from models.runtime import ModelRuntime
 from models.service import InferenceService
 from streams.frames import LatestSlot, SourceFrame

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_app.budget import frame_budget
 from edge_app.config import AppConfig, SmoothingConfig
-from edge_app.scheduler import FrameScheduler, policy_from_config
-from edge_app.smoothing import TemporalSmoother, flicker_stats
+from edge_app.decision.budget import frame_budget
+from edge_app.decision.scheduler import FrameScheduler, policy_from_config
+from edge_app.decision.smoothing import TemporalSmoother, flicker_stats
 from models.runtime import ModelRuntime
 from models.service import InferenceService
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from edge_app.budget import expected_frame_bytes
 from edge_app.config import BudgetConfig
+from edge_app.decision.budget import expected_frame_bytes
 from edge_app.protocol import Ping
 from edge_app.results import NetworkView
 from streams.netstats import BitrateEstimator, RttEstimator, snapshot

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edge_app.budget import Budget
+from edge_app.decision.budget import Budget
 from edge_app.results import FrameResult
 from streams.netstats import NetworkEstimate
 

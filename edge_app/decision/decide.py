@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from edge_app.budget import Budget, frame_budget, late_uplink_ms
 from edge_app.config import BudgetConfig, SmoothingConfig
-from edge_app.governor import Governor
+from edge_app.decision.budget import Budget, frame_budget, late_uplink_ms
+from edge_app.decision.governor import Governor
+from edge_app.decision.scheduler import FrameDecision, FrameScheduler
+from edge_app.decision.smoothing import Smoothed, TemporalSmoother
 from edge_app.results import FrameResult, NetworkView
-from edge_app.scheduler import FrameDecision, FrameScheduler
-from edge_app.smoothing import Smoothed, TemporalSmoother
 from models.costs import RunningCost
 from models.policies import ExitPolicy
 from models.preprocess import Region, crop_region

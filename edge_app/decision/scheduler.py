@@ -1,9 +1,9 @@
 """Per-frame scheduling: how many exits fit, which the policy runs, what it answers.
 
 ``FrameScheduler`` takes the compute budget the caller worked out
-(``edge_app.budget``), truncates the chain to the exits whose predicted cost
+(``edge_app.decision.budget``), truncates the chain to the exits whose predicted cost
 (the inference service's running high-percentile estimates) fits, bounds the
-depth window (``edge_app.smoothing.depth_window``), submits the frame to the
+depth window (``edge_app.decision.smoothing.depth_window``), submits the frame to the
 inference service (the policy decides after each exit there) and turns the
 outcome into a ``FrameDecision``.
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_app.budget import horizon as exits_that_fit
 from edge_app.config import PolicyConfig
-from edge_app.smoothing import depth_window
+from edge_app.decision.budget import horizon as exits_that_fit
+from edge_app.decision.smoothing import depth_window
 from models.policies import ExitPolicy
 from models.policy_store import configured_policy, describe_policy
 from models.runtime import ExitResult
