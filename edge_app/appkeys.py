@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from edge_app.access import OfferRateLimiter
 from edge_app.config import AppConfig
+from edge_app.doors.access import OfferRateLimiter
 from edge_app.hub import Hub
 from edge_app.metrics import Metrics
 

@@ -1,7 +1,7 @@
 """The app's live state: the models it serves, the camera sources and their shared analyses, the peer sessions.
 
 ``Hub.start()`` opens every configured camera and starts its analysis with its model (a camera is analysed once,
-whoever watches); ``create_session`` answers a WebRTC offer (the plan: ``edge_app.signalling``; the video back:
+whoever watches); ``create_session`` answers a WebRTC offer (the plan: ``edge_app.doors.signalling``; the video back:
 ``edge_app.fanout``; the session's rooms: ``edge_app.peer``); ``deploy`` puts a model on one camera or makes it
 the box's default (``edge_app.served``: each model loaded once, whatever uses it), each pipeline switching between
 two frames (``AnalysisPipeline.use``); ``stop()`` closes everything within bounded time.
@@ -22,6 +22,7 @@ from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSession
 from edge_app import protocol
 from edge_app.config import AppConfig
 from edge_app.decision.decide import PipelineSettings
+from edge_app.doors.signalling import AnswerPlan, PlanRefused, offered_lines, plan_answer
 from edge_app.errors import EdgeAppError
 from edge_app.fanout import CameraVideo
 from edge_app.ingest import BrowserIngest
@@ -33,7 +34,6 @@ from edge_app.placement import Placement, registry_name
 from edge_app.registry import PipelineRegistry, ViewerNetworks
 from edge_app.results import NetworkView
 from edge_app.served import ModelSet, ServedModel
-from edge_app.signalling import AnswerPlan, PlanRefused, offered_lines, plan_answer
 from edge_app.sources import configured
 from models.errors import ModelError, RegistryError
 from models.registry import ModelRegistry

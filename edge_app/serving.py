@@ -85,8 +85,8 @@ def serve(cfg: AppConfig, host_arg: str | None, port_arg: int | None,
     """Serve until signalled; ``make_service(cfg)`` builds the inference service (benchmarks pass an emulated one)."""
     import asyncio
 
-    from edge_app.access import TOKEN_ENV, effective_tokens, is_loopback, tls_context
-    from edge_app.server import create_app
+    from edge_app.doors.access import TOKEN_ENV, effective_tokens, is_loopback, tls_context
+    from edge_app.doors.server import create_app
 
     host = host_arg or cfg.server.host
     port = cfg.server.port if port_arg is None else port_arg
@@ -129,8 +129,8 @@ def serve_workers(cfg: AppConfig, config_path: Any, workers: int, host_arg: str 
     import asyncio
     from pathlib import Path
 
-    from edge_app.access import tls_context
-    from edge_app.control import create_control_app
+    from edge_app.doors.access import tls_context
+    from edge_app.doors.control import create_control_app
     from edge_app.workers import Supervisor
 
     host = host_arg or cfg.server.host

@@ -3,7 +3,7 @@
 Each worker is an ordinary ``edge-app serve`` on a loopback port (``base_port + i``) with its shard of the
 configuration (``shard``): camera k goes to worker k mod N, the demo camera to worker 0, each worker keeps its own
 events under ``[events] path/worker-i``. A browser's media flows between the browser and the worker that answered
-its offer (the worker's own ICE candidates); only HTTP passes the control process (``edge_app.control``).
+its offer (the worker's own ICE candidates); only HTTP passes the control process (``edge_app.doors.control``).
 ``Supervisor`` starts the workers, restarts one that dies (1 s, 2 s ... 30 s apart), and stops them with itself;
 a worker also dies with its control process however that goes (SIGKILL included: ``die_with_parent``), so no
 worker is left holding its port and its events for the next ``serve``.

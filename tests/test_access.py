@@ -16,8 +16,8 @@ import pytest
 from support.live import running_app
 from support.pagewatch import watch_of
 
-from edge_app.access import OfferRateLimiter, Tokens, effective_token, effective_tokens, tls_context
 from edge_app.config import AppConfig, ConfigError
+from edge_app.doors.access import OfferRateLimiter, Tokens, effective_token, effective_tokens, tls_context
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 GUARDED = [("GET", "/status"), ("GET", "/metrics"), ("POST", "/offer")]
@@ -164,8 +164,8 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
 async def test_https_from_a_configured_certificate(app_config: Callable[..., AppConfig], tmp_path: Path) -> None:
     from aiohttp import web
 
+    from edge_app.doors.server import create_app
     from edge_app.factory import inference_service
-    from edge_app.server import create_app
 
     cert, _ = _self_signed(tmp_path)
     cfg = app_config(server={"tls_cert": "cert.pem", "tls_key": "key.pem"})  # relative to the config file

@@ -19,10 +19,10 @@ from support.teach import call_json, model_version
 
 from edge_app.appkeys import HUB_KEY
 from edge_app.config import AppConfig, ConfigError
+from edge_app.doors.server import create_app
 from edge_app.factory import inference_service
 from edge_app.hub import Hub
 from edge_app.results import AnalysedFrame
-from edge_app.server import create_app
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO / "models" / "default"

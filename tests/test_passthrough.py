@@ -134,8 +134,8 @@ async def test_a_congested_viewer_moves_to_annotated_video(app_config: Callable[
     from aiohttp import web
 
     from edge_app.appkeys import HUB_KEY
+    from edge_app.doors.server import create_app
     from edge_app.factory import inference_service
-    from edge_app.server import create_app
 
     cfg = app_config(cameras=[{"name": "cam", "url": rtsp_camera.url, "transport": "tcp"}])
     app = create_app(cfg, inference_service(cfg))

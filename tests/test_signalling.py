@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from aiortc import RTCPeerConnection
 
-from edge_app.signalling import OfferedLine, PlanRefused, offered_lines, plan_answer
+from edge_app.doors.signalling import OfferedLine, PlanRefused, offered_lines, plan_answer
 
 V8, H264 = "video/VP8", "video/H264"
 

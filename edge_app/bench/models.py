@@ -80,8 +80,8 @@ async def _run(base_config: Path, model: Path, loads: int, extra: int, quiet_s: 
     from aiohttp import web
 
     from edge_app.appkeys import HUB_KEY
+    from edge_app.doors.server import create_app
     from edge_app.factory import inference_service
-    from edge_app.server import create_app
 
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
         work = Path(tmp)

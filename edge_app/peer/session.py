@@ -4,7 +4,7 @@
 A session either analyses the browser's own camera (a video track in the offer, no camera asked for) or watches a
 configured camera's shared analysis. Either way it gets video back on its outbound track (when its offer has a
 video m-line on which it receives) and one JSON result per frame on the data channel the browser opened (when it
-opened one). The hub wires it (``edge_app.signalling``); the session never reaches back into the hub.
+opened one). The hub wires it (``edge_app.doors.signalling``); the session never reaches back into the hub.
 """
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ async def _camera(request: web.Request) -> str | None:
 
 
 async def deploy(request: web.Request, t: Teach) -> web.Response:
-    # ?follow=1: serve it without recording it (serve --workers: worker 0 recorded it already, see edge_app.control)
+    # ?follow=1: serve it without recording it (serve --workers: worker 0 recorded it: edge_app.doors.control)
     return web.json_response(await t.deploy(request.match_info["name"], await _camera(request),
                                             record=request.query.get("follow") != "1"))
 

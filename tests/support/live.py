@@ -29,8 +29,8 @@ async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> 
     ``static`` adds folders served at URL prefixes (a client page we did not write, served same-origin)."""
     from aiohttp import web
 
+    from edge_app.doors.server import create_app
     from edge_app.factory import inference_service
-    from edge_app.server import create_app
 
     app = create_app(cfg, inference_service(cfg))
     for prefix, folder in (static or {}).items():

@@ -9,7 +9,7 @@
   series with a ``worker`` label. Both pass the client's ``Authorization`` to the workers, which check it.
 * ``POST /api/models/.../deploy`` and ``/api/models/rollback`` reach every worker; ``GET /api/events`` merges the
   workers' pages (one cursor for all: they share the order); ``/api/events/ID`` asks each; ``/api/cameras/NAME/...``
-  (a camera's region) goes to the camera's worker; teaching: ``edge_app.control_teach``.
+  (a camera's region) goes to the camera's worker; teaching: ``edge_app.doors.control_teach``.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from urllib.parse import quote
 import aiohttp
 from aiohttp import web
 
-from edge_app.access import OfferRateLimiter, client_address
 from edge_app.config import AppConfig
-from edge_app.control_teach import add_teach_routes
+from edge_app.doors.access import OfferRateLimiter, client_address
+from edge_app.doors.control_teach import add_teach_routes
+from edge_app.doors.forward import CFG_KEY, HTTP_KEY, RELAYS_KEY, STATE_KEY, SUP_KEY, each, forward
+from edge_app.doors.offers import json_error
 from edge_app.events.live import Relays
 from edge_app.events.query import merge_pages
-from edge_app.forward import CFG_KEY, HTTP_KEY, RELAYS_KEY, STATE_KEY, SUP_KEY, each, forward
-from edge_app.offers import json_error
 from edge_app.workers import Supervisor, owner
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ async def poll_sessions(app: web.Application) -> None:
 
 
 def create_control_app(cfg: AppConfig, sup: Supervisor) -> web.Application:
-    from edge_app.server import STATIC_DIR, index
+    from edge_app.doors.server import STATIC_DIR, index
 
     app = web.Application(client_max_size=1 << 20)
     app[CFG_KEY], app[SUP_KEY] = cfg, sup

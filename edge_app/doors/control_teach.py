@@ -16,8 +16,8 @@ import json
 
 from aiohttp import web
 
-from edge_app.forward import CFG_KEY, STATE_KEY, SUP_KEY, each, forward
-from edge_app.offers import json_error
+from edge_app.doors.forward import CFG_KEY, STATE_KEY, SUP_KEY, each, forward
+from edge_app.doors.offers import json_error
 from edge_app.workers import owner
 
 

@@ -1,7 +1,7 @@
 """The HTTP side of ``edge-app serve``: ``create_app(config, service) -> web.Application``.
 
 Routes: ``/`` (the browser client), the signalling doors (``POST /offer``, WHIP ``POST /whip``, WHEP
-``POST /whep/{camera}``, ``DELETE /sessions/{id}``: ``edge_app.offers``), ``/healthz``, ``/status`` (JSON),
+``POST /whep/{camera}``, ``DELETE /sessions/{id}``: ``edge_app.doors.offers``), ``/healthz``, ``/status`` (JSON),
 ``/metrics`` (Prometheus), ``/static/`` and the teach API (``edge_app.teach.api``).
 """
 
@@ -19,14 +19,14 @@ from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from edge_app import events
-from edge_app.access import OfferRateLimiter, Tokens, auth_middleware, cors_middleware, effective_tokens, role
 from edge_app.appkeys import CONFIG_KEY, HUB_KEY, LIMITER_KEY, METRICS_KEY, STARTED_KEY
 from edge_app.config import AppConfig
 from edge_app.config_cameras import RtspCameraConfig
+from edge_app.doors.access import OfferRateLimiter, Tokens, auth_middleware, cors_middleware, effective_tokens, role
+from edge_app.doors.offers import add_routes as add_signalling_routes
+from edge_app.doors.offers import json_error
 from edge_app.hub import Hub
 from edge_app.metrics import Metrics
-from edge_app.offers import add_routes as add_signalling_routes
-from edge_app.offers import json_error
 from edge_app.stallwatch import StallWatch
 from edge_app.teach.api import add_routes as add_teach_routes
 from edge_app.teach.state import TEACH_KEY
@@ -38,7 +38,7 @@ from streams.rtc_settings import machine_host_addresses, restrict_host_addresses
 
 log = logging.getLogger(__name__)
 
-STATIC_DIR = Path(__file__).parent / "static"
+STATIC_DIR = Path(__file__).parent.parent / "static"
 MAX_BODY_BYTES = 256 * 1024
 
 

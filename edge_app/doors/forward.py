@@ -1,6 +1,6 @@
 """What the control process of ``serve --workers N`` shares with its route modules: its app keys and the one way it
 passes a request on to a worker (``forward``) or asks every live worker (``each``); errors are answered as the
-signalling doors answer them (``edge_app.offers.json_error``)."""
+signalling doors answer them (``edge_app.doors.offers.json_error``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from edge_app.access import client_address
 from edge_app.config import AppConfig
+from edge_app.doors.access import client_address
+from edge_app.doors.offers import json_error
 from edge_app.events.live import Relays
-from edge_app.offers import json_error
 from edge_app.workers import Supervisor
 
 SUP_KEY = web.AppKey("supervisor", Supervisor)

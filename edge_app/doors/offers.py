@@ -12,7 +12,7 @@
 
 Refusals: a wrong content type 415, a bad SDP 400 with the reason, an unknown camera 404, too many offers from one
 client 429 with ``Retry-After``, the box full 503 with ``Retry-After``. Every outcome is counted in
-``edge_offers_total``; the bearer token is checked before any of this (``edge_app.access``).
+``edge_offers_total``; the bearer token is checked before any of this (``edge_app.doors.access``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from aiohttp import web
 from aiortc import RTCSessionDescription
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edge_app.access import client_address
 from edge_app.appkeys import CONFIG_KEY, HUB_KEY, LIMITER_KEY, METRICS_KEY
+from edge_app.doors.access import client_address
 from edge_app.hub import OfferRefused
 from edge_app.peer.session import Asked, PeerSession
 
