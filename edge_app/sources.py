@@ -1,7 +1,7 @@
 """``[[cameras]]`` (and ``[demo]``) -> the ``CameraSource`` that reads each: one line per kind.
 
 Adding a kind is a module in ``streams/`` with a ``CameraSource`` in it, a variant in
-``edge_app.config_cameras`` and a line here.
+``edge_app.config.cameras`` and a line here.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_app.config import AppConfig, DemoConfig
-from edge_app.config_cameras import CameraConfig, DemoCameraConfig, FileCameraConfig, RtspCameraConfig
+from edge_app.config.cameras import CameraConfig, DemoCameraConfig, FileCameraConfig, RtspCameraConfig
 from streams.demo import DemoCamera
 from streams.filecam import FileCamera
 from streams.rtsp import Backoff, RtspCamera

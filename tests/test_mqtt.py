@@ -220,7 +220,7 @@ def test_a_missing_tls_file_fails_the_start_naming_it(app_config: Callable[..., 
 def test_while_the_broker_is_away_the_queue_is_bounded_drops_are_counted_and_the_latest_states_kept() -> None:
     """No broker at all: a listener call returns at once; beyond ``queue`` the oldest event message goes (counted);
     each retained topic keeps only its latest value, to publish on connect."""
-    from edge_app.config_outputs import MqttConfig
+    from edge_app.config.outputs import MqttConfig
     from edge_app.events.detector import Event, EventChange, StateChange
     from edge_app.events.mqtt import MqttOutput
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from support.teach import call_json, train_job
 
-from edge_app.config_cameras import check_region
+from edge_app.config.cameras import check_region
 from edge_app.teach.capture import Pace
 from edge_app.teach.frames import DatasetError
 from edge_app.teach.store import DatasetStore

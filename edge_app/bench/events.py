@@ -34,7 +34,7 @@ import numpy as np
 
 from edge_app.bench.rtsp_camera import free_port
 from edge_app.config import AppConfig
-from edge_app.config_outputs import MqttConfig, WebhookConfig
+from edge_app.config.outputs import MqttConfig, WebhookConfig
 from edge_app.events.detector import Event, EventChange, StateTracker
 from edge_app.events.mqtt import MqttOutput
 from edge_app.events.output import EventsOutput

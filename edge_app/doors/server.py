@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from edge_app import events
 from edge_app.appkeys import CONFIG_KEY, HUB_KEY, LIMITER_KEY, METRICS_KEY, STARTED_KEY
 from edge_app.config import AppConfig
-from edge_app.config_cameras import RtspCameraConfig
+from edge_app.config.cameras import RtspCameraConfig
 from edge_app.doors.access import OfferRateLimiter, Tokens, auth_middleware, cors_middleware, effective_tokens, role
 from edge_app.doors.offers import add_routes as add_signalling_routes
 from edge_app.doors.offers import json_error

@@ -28,7 +28,7 @@ from typing import Any
 
 import aiomqtt
 
-from edge_app.config_outputs import MqttConfig
+from edge_app.config.outputs import MqttConfig
 from edge_app.events.detector import EventChange, StateChange
 from edge_app.events.topics import Topics, event_payload
 

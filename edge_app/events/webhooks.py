@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from edge_app.config_outputs import WebhookConfig
+from edge_app.config.outputs import WebhookConfig
 from edge_app.events.detector import EventChange, StateChange
 from edge_app.events.topics import event_payload
 from streams.redact import redact_url

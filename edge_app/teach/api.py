@@ -37,7 +37,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from edge_app.config import AppConfig
-from edge_app.config_cameras import check_region
+from edge_app.config.cameras import check_region
 from edge_app.hub import Hub
 from edge_app.teach.frames import DatasetError
 from edge_app.teach.state import TEACH_KEY, Teach

@@ -13,9 +13,9 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from edge_app.config_base import Section as _Section
-from edge_app.config_cameras import CameraConfig
-from edge_app.config_outputs import EventsConfig, MqttConfig, WebhookConfig
+from edge_app.config.base import Section as _Section
+from edge_app.config.cameras import CameraConfig
+from edge_app.config.outputs import EventsConfig, MqttConfig, WebhookConfig
 from edge_app.errors import EdgeAppError
 
 DEFAULT_CONFIG = Path("config.toml")

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from edge_app.config_base import Section as _Section
+from edge_app.config.base import Section as _Section
 
 
 class EventsConfig(_Section):

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from edge_app.config_base import Section
+from edge_app.config.base import Section
 
 
 def check_region(v: object) -> tuple[float, float, float, float]:
