@@ -268,6 +268,7 @@ def teach(data: Path, base: Path, out: Path, epochs: int = 12, lr: float = 2e-3,
     if width is not None and width != base_model.spec.width:  # a wider base, computing what the base computed
         base_model = widen_model(base_model, width)
     arch = dataclasses.replace(spec, num_classes=len(names), input_size=size, width=base_model.spec.width)
+    torch.manual_seed(TrainConfig.seed)  # new exit heads start the same whatever ran before: a training is repeatable
     model = ThreeExitVGG(arch)
     own = model.state_dict()
     kept = {k: v for k, v in base_model.state_dict().items() if k in own and own[k].shape == v.shape}

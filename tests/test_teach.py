@@ -136,6 +136,8 @@ async def test_teach_a_scene_from_the_page_deploy_and_roll_back(app_config: Call
             door = next(c for c in deployed["cameras"] if c["name"] == "door")["model"]
             async with aiohttp.ClientSession() as http, http.get(f"{base}/api/models") as r:
                 taught = next(m for m in (await r.json())["models"] if m["name"] == door["name"])
+            await page.wait_for_function("() => document.getElementById('teach-models').textContent.includes("
+                                         "'(in use: camera door)')", timeout=30_000)  # the list is fetched again
             shown = await page.text_content("#teach-models")
             right, total = await _live_accuracy(page, camera, taught["classes"])
 
