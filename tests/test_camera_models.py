@@ -13,14 +13,12 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 import pytest
-from aiohttp import web
 from support.clips import write_clip
+from support.live import serving
 from support.teach import call_json, model_version
 
 from edge_app.appkeys import HUB_KEY
 from edge_app.config import AppConfig, ConfigError
-from edge_app.doors.server import create_app
-from edge_app.factory import inference_service
 from edge_app.hub import Hub
 from edge_app.results import AnalysedFrame
 
@@ -31,16 +29,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.live]
 
 @asynccontextmanager
 async def _app(cfg: AppConfig) -> AsyncIterator[tuple[str, Hub]]:
-    app = create_app(cfg, inference_service(cfg))
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", app[HUB_KEY]
-    finally:
-        await runner.cleanup()
+    async with serving(cfg) as (base, app):
+        yield base, app[HUB_KEY]
 
 
 async def test_each_camera_is_answered_by_its_own_model_and_a_deploy_on_one_leaves_the_others_alone(

@@ -164,7 +164,7 @@ def cmd_bench_slow_device(args: argparse.Namespace) -> int:
 def cmd_bench_models(args: argparse.Namespace) -> int:
     from edge_app.bench.models import bench_models
 
-    print(bench_models(args.config, model_dir(args), args.loads, args.extra))
+    print(bench_models(model_dir(args), args.loads, args.extra))
     return 0
 
 

